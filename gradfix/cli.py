@@ -1,0 +1,197 @@
+"""The command line: a thin typer layer over the library.
+
+``gradfix PATH...`` is ``gradfix check PATH...``; other commands: ``rules``, ``explain``,
+``verify``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import click
+import typer
+
+from gradfix import __version__
+from gradfix.config import CliOverrides, ConfigError, config_for_file, parse_option_flag, settings_for, validate_codes
+from gradfix.engine import Job
+from gradfix.files import PathError, discover
+from gradfix.report import file_diff, json_report, summary, text_report, write_diff
+from gradfix.runner import run_jobs, write_results
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Find and fix PyTorch gradient-control mistakes (no_grad, set_grad_enabled, eval, detach).",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+def _err(message: str) -> None:
+    print(f"gradfix: {message}", file=sys.stderr)
+
+
+def _codes(value: Optional[str], flag: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return validate_codes([c for c in value.split(",") if c.strip()], flag)
+
+
+def _display(path: Path) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        rel = str(path)
+    return Path(rel).as_posix()
+
+
+@app.command("check")
+def check_command(
+    paths: List[Path] = typer.Argument(..., help="Files or folders to check."),
+    diff: bool = typer.Option(False, "--diff", help="Print the fixes as a unified diff; write nothing."),
+    apply: bool = typer.Option(False, "--apply", "--fix", help="Rewrite files in place."),
+    unsafe_fixes: Optional[bool] = typer.Option(
+        None, "--unsafe-fixes/--no-unsafe-fixes", help="Include fixes that change behaviour on purpose."
+    ),
+    select: Optional[str] = typer.Option(None, help="Comma-separated codes or prefixes to check (GF2,GF301)."),
+    ignore: Optional[str] = typer.Option(None, help="Comma-separated codes or prefixes to skip."),
+    extend_select: Optional[str] = typer.Option(None, help="Codes to add to the selection."),
+    option: List[str] = typer.Option([], "--option", "-o", help="Rule option CODE.NAME=VALUE, e.g. GF202.style=block."),
+    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", help="Output format."),
+    exclude: List[str] = typer.Option([], "--exclude", help="Glob of paths to skip while walking folders."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: all cores)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+) -> None:
+    """Report findings (default), show fixes (--diff) or apply them (--apply)."""
+    if diff and apply:
+        _err("--diff and --apply cannot be used together")
+        raise typer.Exit(2)
+    try:
+        rule_options: dict[str, dict[str, str]] = {}
+        for flag in option:
+            code, name, value = parse_option_flag(flag)
+            rule_options.setdefault(code, {})[name] = value
+        cli = CliOverrides(
+            select=_codes(select, "--select"),
+            ignore=_codes(ignore, "--ignore") or (),
+            extend_select=_codes(extend_select, "--extend-select") or (),
+            unsafe_fixes=unsafe_fixes,
+            rule_options=rule_options,
+        )
+        jobs_list = []
+        excludes = list(exclude)
+        for path in paths:
+            if path.is_dir():
+                excludes_here = excludes + list(config_for_file(path / "__init__.py").exclude)
+            else:
+                excludes_here = excludes
+            for found in discover([path], exclude=excludes_here):
+                settings = settings_for(found.path, config_for_file(found.path), cli)
+                jobs_list.append(Job(str(found.path), settings, _display(found.path)))
+    except (ConfigError, PathError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
+    if not jobs_list:
+        _err("no Python files found")
+    results = run_jobs(jobs_list, want_fixes=diff or apply, workers=jobs)
+    exit_code = _emit(results, jobs_list, diff, apply, output_format, debug)
+    raise typer.Exit(exit_code)
+
+
+def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputFormat, debug: bool) -> int:
+    unsafe = any(j.settings.unsafe_fixes for j in jobs_list)
+    errors = []
+    if apply:
+        errors += write_results(results, jobs_list)
+    for result in results:
+        for note in result.notes:
+            _err(f"{result.path}: {note}")
+        if result.error_kind in ("io", "internal") and result.error not in errors:
+            message = result.error if result.error.startswith("cannot") else f"{result.path}: {result.error}"
+            _err(message)
+    if diff:
+        for result in sorted(results, key=lambda r: r.path):
+            patch = file_diff(result)
+            if patch:
+                write_diff(patch)
+    if output_format is OutputFormat.json:
+        print(json_report(results, applied_mode=apply))
+    else:
+        stream = sys.stderr if diff else sys.stdout
+        for line in text_report(results, unsafe, applied_mode=apply):
+            print(line, file=stream)
+        print(summary(results, unsafe, applied_mode=apply), file=stream)
+    if any(r.error for r in results):
+        return 2
+    remaining = any(not o.applied for r in results for o in r.findings)
+    if diff:
+        return 1 if remaining or any(r.changed for r in results) or any(r.findings for r in results) else 0
+    return 1 if remaining else 0
+
+
+@app.command("rules")
+def rules_command() -> None:
+    """List every rule: code, name, fix safety, on by default."""
+    from gradfix.rules import all_rules
+
+    for rule in all_rules():
+        safety = rule.fix_safety.value if rule.fix_safety else "none"
+        default = "on" if rule.default_enabled else "off"
+        print(f"{rule.code}  {rule.name:<32} fix={safety:<6} default={default}  {rule.summary}")
+
+
+@app.command("explain")
+def explain_command(code: str = typer.Argument(..., help="A rule code, e.g. GF202.")) -> None:
+    """Show a rule's documentation."""
+    from gradfix.rules import rule_by_code
+
+    rule = rule_by_code(code)
+    if rule is None:
+        _err(f"unknown rule {code!r} (see `gradfix rules`)")
+        raise typer.Exit(2)
+    print(f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{rule.doc()}")
+
+
+@app.command("version")
+def version_command() -> None:
+    """Print the version."""
+    print(f"gradfix {__version__}")
+
+
+COMMANDS = {"check", "rules", "explain", "verify", "version"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "--version":
+        args = ["version"]
+    elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
+        args = ["check", *args]
+    debug = "--debug" in args
+    try:
+        code = app(args=args, prog_name="gradfix", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = 2
+    except click.exceptions.Abort:
+        code = 130
+    except KeyboardInterrupt:
+        _err("interrupted; files already written are complete, the rest are unchanged")
+        sys.exit(130)
+    except Exception as exc:  # the last line of defence: one readable line, not a traceback
+        if debug:
+            raise
+        _err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for details)")
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,183 @@
+"""The rule-agnostic pipeline: source -> facts -> findings -> (fixes) -> new source.
+
+Detection runs on the stdlib ``ast`` (cheap); LibCST parses a file only when a fix for it is
+wanted. This module is the library API behind the CLI; tests call it directly.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from gradfix.facts import build_facts
+from gradfix.fixer import FixContext, apply_fixes
+from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
+from gradfix.rule import Rule
+from gradfix.rules import all_rules
+
+_IGNORE = re.compile(r"#\s*gradfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+class SourceError(Exception):
+    """The source cannot be analysed (syntax error, undecodable bytes)."""
+
+    def __init__(self, message: str, line: int = 1, col: int = 1):
+        super().__init__(message)
+        self.message, self.line, self.col = message, line, col
+
+
+def _matches(code: str, patterns: Iterable[str]) -> bool:
+    return any(code.startswith(p.strip().upper()) for p in patterns if p.strip())
+
+
+def selected_rules(settings: Settings) -> list[type[Rule]]:
+    """Rules that ``settings`` turns on. Off-by-default rules need their full code."""
+    chosen = []
+    for rule in all_rules():
+        if settings.select:
+            on = _matches(rule.code, settings.select) and (
+                rule.default_enabled or rule.code in {s.upper() for s in settings.select}
+            )
+        else:
+            on = rule.default_enabled
+        if rule.code in {s.upper() for s in settings.extend_select} or (
+            rule.default_enabled and _matches(rule.code, settings.extend_select)
+        ):
+            on = True
+        if _matches(rule.code, settings.ignore):
+            on = False
+        if on:
+            chosen.append(rule)
+    return chosen
+
+
+def decode_source(source: bytes | str) -> str:
+    """Text of a file as Python reads it (PEP 263 coding line, BOM)."""
+    if isinstance(source, str):
+        return source
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source).readline)
+        return source.decode(encoding)
+    except (SyntaxError, LookupError, UnicodeDecodeError) as exc:
+        raise SourceError(f"cannot decode: {exc}") from None
+
+
+def parse(source: bytes | str, path: str) -> ast.Module:
+    try:
+        return ast.parse(source, filename=path)
+    except SyntaxError as exc:
+        raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+    except ValueError as exc:  # e.g. null bytes
+        raise SourceError(f"syntax error: {exc}") from None
+
+
+def _suppressed(finding: Finding, lines: Sequence[str]) -> bool:
+    for number in {finding.line, *finding.anchors}:
+        text = lines[number - 1] if 0 < number <= len(lines) else ""
+        if "#" not in text:
+            continue
+        for match in (_IGNORE.search(text), _NOQA.search(text)):
+            if match is None:
+                continue
+            codes = match.group("codes")
+            if codes is None or _matches(finding.code, re.split(r"[\s,]+", codes)):
+                return True
+    return False
+
+
+def check(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> list[Finding]:
+    """Findings in ``source``, sorted by position, suppression comments honoured.
+
+    Raises :class:`SourceError` when the source does not parse.
+    """
+    text = decode_source(source)
+    rules = [r(settings.options_for(r.code)) for r in selected_rules(settings)]
+    rules = [r for r in rules if _triggered(r, text)]
+    if not rules:
+        return []
+    facts = build_facts(text, path, parse(source, path))
+    findings: list[Finding] = []
+    for rule in rules:
+        findings.extend(f for f in rule.check(facts) if not _suppressed(f, facts.lines))
+    findings.sort(key=lambda f: (f.span.line, f.span.col, f.code))
+    return _dedupe(findings)
+
+
+def _triggered(rule: Rule, text: str) -> bool:
+    return not rule.triggers or any(t in text for t in rule.triggers)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen, out = set(), []
+    for f in findings:
+        key = (f.code, f.span, f.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def wants_fix(finding: Finding, settings: Settings) -> bool:
+    return finding.fix is FixSafety.SAFE or (finding.fix is FixSafety.UNSAFE and settings.unsafe_fixes)
+
+
+def _builder(settings: Settings):
+    instances: dict[str, Rule] = {}
+
+    def build(finding: Finding, ctx: FixContext):
+        if finding.code not in instances:
+            rule = next(r for r in all_rules() if r.code == finding.code)
+            instances[finding.code] = rule(settings.options_for(finding.code))
+        return instances[finding.code].fix(finding, ctx)
+
+    return build
+
+
+def fix_findings(source: bytes, findings: Sequence[Finding], settings: Settings, path: str = "<string>"):
+    """Apply the fixes of ``findings`` that ``settings`` allows; returns the FixRun."""
+    wanted = [f if wants_fix(f, settings) else None for f in findings]
+    if not any(wanted):
+        return None
+    return apply_fixes(source, wanted, _builder(settings), path)
+
+
+def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> bytes | str:
+    """``source`` with every allowed fix applied (same type as given)."""
+    as_bytes = source.encode("utf-8") if isinstance(source, str) else source
+    findings = check(as_bytes, path, settings)
+    run = fix_findings(as_bytes, findings, settings, path)
+    new = as_bytes if run is None else run.source
+    return new.decode("utf-8") if isinstance(source, str) else new
+
+
+@dataclass(frozen=True)
+class Job:
+    """One file to process, with its own settings (config is per directory)."""
+
+    path: str
+    settings: Settings
+    display: str  # the path as shown to the user
+
+
+def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
+    result = FileResult(job.display, old_source=source)
+    try:
+        findings = check(source, job.display, job.settings)
+    except SourceError as exc:
+        result.error, result.error_kind = f"{exc.line}:{exc.col}: {exc.message}", "syntax"
+        return result
+    result.findings = [FixOutcome(f) for f in findings]
+    if want_fixes:
+        run = fix_findings(source, findings, job.settings, job.display)
+        if run is not None:
+            result.notes.extend(run.notes)
+            if run.source != source:
+                result.new_source = run.source
+                for index in run.applied:
+                    result.findings[index].applied = True
+    return result

@@ -1,0 +1,460 @@
+"""One cheap pass over the stdlib ``ast`` that records what the rules ask about.
+
+Rules never re-walk the tree for the common questions: which names mean torch's APIs
+(imports, aliases, shadowing), where the grad regions are, which function a node belongs to,
+which methods are called on which receivers, and how names flow into other names.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Iterator
+
+from gradfix.model import Span
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+# Every spelling of an API maps to one canonical name; rules only compare canonical names.
+_CANONICAL_SUFFIXES = {
+    "no_grad": "torch.no_grad",
+    "enable_grad": "torch.enable_grad",
+    "set_grad_enabled": "torch.set_grad_enabled",
+    "inference_mode": "torch.inference_mode",
+}
+_API_MODULES = ("torch.", "torch.autograd.", "torch.autograd.grad_mode.")
+_ALIASES = {
+    "torch.autograd.variable.Variable": "torch.autograd.Variable",
+    "torch.autograd.Variable": "torch.autograd.Variable",
+    "torch.serialization.save": "torch.save",
+    "torch.autograd.grad": "torch.autograd.grad",
+    "torch.autograd.backward": "torch.autograd.backward",
+}
+GRAD_CONTEXT_APIS = frozenset(_CANONICAL_SUFFIXES.values())
+
+
+def canonical(qualname: str) -> str:
+    """Map an import path of a torch API to the one name rules compare against."""
+    if qualname in _ALIASES:
+        return _ALIASES[qualname]
+    prefix, _, last = qualname.rpartition(".")
+    if last in _CANONICAL_SUFFIXES and prefix + "." in _API_MODULES:
+        return _CANONICAL_SUFFIXES[last]
+    return qualname
+
+
+def dotted_name(expr: ast.AST) -> str | None:
+    """``self.model.encoder`` for a chain of attributes on a name, else None."""
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    parts.append(expr.id)
+    return ".".join(reversed(parts))
+
+
+def literal_bool(expr: ast.AST | None) -> bool | None:
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, bool):
+        return expr.value
+    return None
+
+
+@dataclass
+class GradRegion:
+    """A ``with`` item or decorator that sets the grad mode for a body of statements.
+
+    ``mode`` is ``disabled``, ``enabled`` or ``conditional`` (the mode depends on a value
+    known only at run time, or the context manager is picked by an ``if`` expression).
+    ``called`` is False for ``with torch.no_grad:`` (a bug: GF101).
+    """
+
+    owner: ast.With | ast.AsyncWith | ast.FunctionDef | ast.AsyncFunctionDef
+    expr: ast.expr  # the with-item's context expression or the decorator
+    api: str | None  # canonical API name (None for a conditional pick)
+    mode: str
+    called: bool
+
+    @property
+    def kind(self) -> str:
+        return "with" if isinstance(self.owner, (ast.With, ast.AsyncWith)) else "decorator"
+
+    @property
+    def body(self) -> list[ast.stmt]:
+        return self.owner.body
+
+    @property
+    def disables(self) -> bool:
+        return self.mode == "disabled"
+
+
+@dataclass
+class MethodCall:
+    """``receiver.method(...)`` with the receiver's dotted name (None if not a name chain)."""
+
+    call: ast.Call
+    method: str
+    receiver: str | None
+
+
+@dataclass
+class Scope:
+    node: ast.AST  # Module or a function
+    imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified target
+    locals: set[str] = field(default_factory=set)  # other bindings (params, assignments...)
+    globals: set[str] = field(default_factory=set)
+
+
+class FileFacts:
+    """Facts about one parsed file. Build with :func:`build_facts`."""
+
+    def __init__(self, source: str, tree: ast.Module, path: str = "<string>"):
+        self.source = source
+        self.path = path
+        self.tree = tree
+        self.lines = source.splitlines()
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.scope_of_node: dict[ast.AST, Scope] = {}  # function/module node -> its scope
+        self.function_of: dict[ast.AST, FunctionNode | None] = {}  # stmt/expr -> function
+        self.calls: list[ast.Call] = []
+        self.withs: list[ast.With | ast.AsyncWith] = []
+        self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        self._collect()
+
+    # -- the one walk -------------------------------------------------------------------
+    def _collect(self) -> None:
+        module_scope = Scope(self.tree)
+        self.scope_of_node[self.tree] = module_scope
+        stack: list[tuple[ast.AST, ast.AST | None, Scope, FunctionNode | None]] = [
+            (self.tree, None, module_scope, None)
+        ]
+        parents = self.parents
+        function_of = self.function_of
+        while stack:
+            node, parent, scope, func = stack.pop()
+            if parent is not None:
+                parents[node] = parent
+            function_of[node] = func
+            inner_scope, inner_func = scope, func
+            if isinstance(node, SCOPE_TYPES):
+                if not isinstance(node, ast.Lambda):
+                    scope.locals.add(node.name)
+                    self.functions.append(node)
+                inner_scope = Scope(node)
+                self.scope_of_node[node] = inner_scope
+                inner_func = node
+                args = node.args
+                for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                    if a is not None:
+                        inner_scope.locals.add(a.arg)
+            elif isinstance(node, ast.Call):
+                self.calls.append(node)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                self.withs.append(node)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        scope.imports[alias.asname] = alias.name
+                    else:
+                        top = alias.name.split(".")[0]
+                        scope.imports[top] = top
+            elif isinstance(node, ast.ImportFrom):
+                if node.module and not node.level:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                scope.locals.add(node.id)
+            elif isinstance(node, ast.ClassDef):
+                scope.locals.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                scope.locals.add(node.name)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                scope.globals.update(node.names)
+            for child in ast.iter_child_nodes(node):
+                # Decorators, defaults and annotations run in the enclosing scope.
+                if isinstance(node, SCOPE_TYPES) and not _inside_function_scope(node, child):
+                    stack.append((child, node, scope, func))
+                else:
+                    stack.append((child, node, inner_scope, inner_func))
+
+    # -- positions ------------------------------------------------------------------------
+    def char_col(self, line: int, byte_col: int) -> int:
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="replace"))
+
+    def span(self, node: ast.AST) -> Span:
+        end_line = node.end_lineno or node.lineno
+        return Span(
+            node.lineno,
+            self.char_col(node.lineno, node.col_offset),
+            end_line,
+            self.char_col(end_line, node.end_col_offset or 0),
+        )
+
+    def segment(self, node: ast.AST) -> str:
+        return ast.get_source_segment(self.source, node) or ""
+
+    # -- scopes and names -------------------------------------------------------------------
+    def enclosing_function(self, node: ast.AST) -> FunctionNode | None:
+        return self.function_of.get(node)
+
+    def enclosing_functions(self, node: ast.AST) -> Iterator[FunctionNode]:
+        func = self.function_of.get(node)
+        while func is not None:
+            yield func
+            func = self.function_of.get(func)
+
+    def _scopes_for(self, node: ast.AST) -> Iterator[Scope]:
+        for func in self.enclosing_functions(node):
+            yield self.scope_of_node[func]
+        yield self.scope_of_node[self.tree]
+
+    def resolve_name(self, name: str, at: ast.AST) -> str | None:
+        """The qualified import target a bare name refers to at ``at``, or None.
+
+        A parameter or local assignment in an enclosing function shadows module imports.
+        """
+        for scope in self._scopes_for(at):
+            if scope.node is not self.tree and name in scope.globals:
+                continue
+            if name in scope.imports:
+                return scope.imports[name]
+            if name in scope.locals:
+                return None
+        return None
+
+    def qualname(self, expr: ast.AST) -> str | None:
+        """Canonical qualified name of a name/attribute chain (``T.no_grad`` -> torch.no_grad)."""
+        dotted = dotted_name(expr)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        target = self.resolve_name(head, expr)
+        if target is None:
+            return None
+        return canonical(f"{target}.{rest}" if rest else target)
+
+    def call_qualname(self, call: ast.AST) -> str | None:
+        return self.qualname(call.func) if isinstance(call, ast.Call) else None
+
+    def torch_module_names(self) -> set[str]:
+        """Module-level names bound to the torch module itself (``import torch as T`` -> T)."""
+        return {n for n, t in self.scope_of_node[self.tree].imports.items() if t == "torch"}
+
+    # -- grad regions ---------------------------------------------------------------------
+    def grad_region_for(self, expr: ast.expr, owner) -> GradRegion | None:
+        """Interpret a with-item's expression or a decorator as a grad region, if it is one."""
+        if isinstance(expr, ast.IfExp):
+            picks = [self.grad_region_for(e, owner) for e in (expr.body, expr.orelse)]
+            if any(p is not None for p in picks):
+                return GradRegion(owner, expr, None, "conditional", True)
+            return None
+        called = isinstance(expr, ast.Call)
+        api = self.qualname(expr.func if called else expr)
+        if api not in GRAD_CONTEXT_APIS:
+            return None
+        mode = "disabled"
+        if api == "torch.enable_grad":
+            mode = "enabled"
+        elif api == "torch.set_grad_enabled":
+            arg = _first_arg(expr, "mode") if called else None
+            value = literal_bool(arg)
+            mode = "conditional" if value is None else ("enabled" if value else "disabled")
+        elif api == "torch.inference_mode" and called:
+            arg = _first_arg(expr, "mode")
+            if arg is not None and literal_bool(arg) is not True:
+                mode = "conditional"
+        return GradRegion(owner, expr, api, mode, called)
+
+    @cached_property
+    def regions(self) -> list[GradRegion]:
+        found: list[GradRegion] = []
+        for w in self.withs:
+            for item in w.items:
+                r = self.grad_region_for(item.context_expr, w)
+                if r is not None:
+                    found.append(r)
+        for f in self.functions:
+            for dec in f.decorator_list:
+                r = self.grad_region_for(dec, f)
+                if r is not None:
+                    found.append(r)
+        found.sort(key=lambda r: (r.owner.lineno, r.owner.col_offset))
+        return found
+
+    def regions_around(self, node: ast.AST) -> list[GradRegion]:
+        """Grad regions whose body contains ``node``, innermost first.
+
+        A decorator region counts only for nodes of that very function (a nested ``def``
+        runs later, in whatever mode its caller has).
+        """
+        by_owner: dict[ast.AST, list[GradRegion]] = {}
+        for r in self.regions:
+            by_owner.setdefault(r.owner, []).append(r)
+        out: list[GradRegion] = []
+        current = self.parents.get(node)
+        child = node
+        while current is not None:
+            if current in by_owner:
+                if isinstance(current, (ast.With, ast.AsyncWith)) and child in current.body:
+                    out.extend(reversed(by_owner[current]))
+                elif isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)) and child in current.body:
+                    out.extend(reversed(by_owner[current]))
+            if isinstance(current, SCOPE_TYPES) and child in getattr(current, "body", ()):
+                break  # the mode inside a function comes from its caller, not the definition site
+            child, current = current, self.parents.get(current)
+        return out
+
+    def grad_mode_at(self, node: ast.AST) -> str | None:
+        """``disabled``/``enabled``/``conditional`` from the innermost region, None outside any."""
+        regions = self.regions_around(node)
+        return regions[0].mode if regions else None
+
+    # -- calls ---------------------------------------------------------------------------
+    @cached_property
+    def method_calls(self) -> list[MethodCall]:
+        out = []
+        for call in self.calls:
+            if isinstance(call.func, ast.Attribute):
+                out.append(MethodCall(call, call.func.attr, dotted_name(call.func.value)))
+        return out
+
+    def method_calls_in(self, func: FunctionNode | None, method: str) -> list[MethodCall]:
+        """Calls of ``.method(...)`` whose nearest enclosing function is ``func`` (None: module)."""
+        return [m for m in self.method_calls if m.method == method and self.function_of.get(m.call) is func]
+
+    def calls_to(self, qualname: str) -> list[ast.Call]:
+        return [c for c in self.calls if self.call_qualname(c) == qualname]
+
+    def statements(self, func: FunctionNode | None) -> Iterator[ast.stmt]:
+        """Statements owned by ``func`` (not those of nested functions), in source order."""
+        root = self.tree if func is None else func
+        yield from _own_statements(getattr(root, "body", []))
+
+    def nodes_of(self, func: FunctionNode | None) -> Iterator[ast.AST]:
+        """Every node whose nearest enclosing function is ``func``."""
+        for node, owner in self.function_of.items():
+            if owner is func:
+                yield node
+
+    # -- data flow by name (within a function) --------------------------------------------
+    def name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:
+        """For each name bound in ``func``: the names its assigned values read."""
+        cache = self.__dict__.setdefault("_deps_cache", {})
+        if func in cache:
+            return cache[func]
+        deps: dict[str, set[str]] = {}
+        for stmt in self.statements(func):
+            for targets, value in _bindings(stmt):
+                reads = names_read(value) if value is not None else set()
+                for t in targets:
+                    deps.setdefault(t, set()).update(reads)
+        cache[func] = deps
+        return deps
+
+    def flows_into(self, func: FunctionNode | None, sources: set[str], target: str) -> bool:
+        """Whether any of ``sources`` reaches ``target`` through assignments in ``func``."""
+        deps = self.name_dependencies(func)
+        seen: set[str] = set()
+        todo = [target]
+        while todo:
+            name = todo.pop()
+            if name in sources:
+                return True
+            if name in seen:
+                continue
+            seen.add(name)
+            todo.extend(deps.get(name, ()))
+        return False
+
+    def line_text(self, line: int) -> str:
+        return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+
+
+def _inside_function_scope(func: FunctionNode, child: ast.AST) -> bool:
+    if isinstance(func, ast.Lambda):
+        return child is func.body or child is func.args
+    return child in func.body or child is func.args
+
+
+def _own_statements(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            yield from _own_statements(getattr(stmt, name, []) or [])
+        for handler in getattr(stmt, "handlers", []) or []:
+            yield from _own_statements(handler.body)
+        for case in getattr(stmt, "cases", []) or []:
+            yield from _own_statements(case.body)
+
+
+def target_names(target: ast.AST) -> list[str]:
+    """Names bound by an assignment target (tuples unpacked; ``a.b``/``a[i]`` bind ``a``)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in target_names(e)]
+    if isinstance(target, ast.Starred):
+        return target_names(target.value)
+    if isinstance(target, (ast.Attribute, ast.Subscript)):
+        base = target.value
+        while isinstance(base, (ast.Attribute, ast.Subscript)):
+            base = base.value
+        return [base.id] if isinstance(base, ast.Name) else []
+    return []
+
+
+def _bindings(stmt: ast.stmt) -> Iterator[tuple[list[str], ast.AST | None]]:
+    if isinstance(stmt, ast.Assign):
+        names = [n for t in stmt.targets for n in target_names(t)]
+        yield names, stmt.value
+    elif isinstance(stmt, ast.AugAssign):
+        names = target_names(stmt.target)
+        yield names, ast.Tuple(elts=[stmt.target, stmt.value], ctx=ast.Load()) if names else None
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        yield target_names(stmt.target), stmt.value
+    elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+        yield target_names(stmt.target), stmt.iter
+    elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+        for item in stmt.items:
+            if item.optional_vars is not None:
+                yield target_names(item.optional_vars), item.context_expr
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        # ``x.add_(y)`` / ``out.append(y)``: in-place calls make the receiver depend on args.
+        func = stmt.value.func
+        if isinstance(func, ast.Attribute):
+            names = target_names(func)
+            if names:
+                yield names, stmt.value
+    # Walrus targets (simple statements only: a compound one's body is visited on its own).
+    if not hasattr(stmt, "body"):
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.NamedExpr):
+                yield target_names(node.target), node.value
+
+
+def names_read(expr: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(expr) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _first_arg(call: ast.Call, keyword: str) -> ast.expr | None:
+    if call.args:
+        return call.args[0]
+    for kw in call.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    return None
+
+
+def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = None) -> FileFacts:
+    if tree is None:
+        tree = ast.parse(source, filename=path)
+    return FileFacts(source, tree, path)

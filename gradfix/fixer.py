@@ -1,0 +1,227 @@
+"""Apply rule fixes with LibCST: one parse, one transformer pass, one compile check.
+
+Every edit is keyed on an original CST node, so two fixes in one file never see each
+other's output. When two fixes touch overlapping code, the outer one wins this run and the
+inner finding stays reported (the next run picks it up). Bytes outside the edited nodes come
+from LibCST's lossless round trip: comments, blank lines, quotes, CRLF, BOM and the encoding
+declaration survive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence, TypeVar
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from gradfix.model import Finding, Span
+
+N = TypeVar("N", bound=cst.CSTNode)
+Replacement = cst.CSTNode | cst.FlattenSentinel | cst.RemovalSentinel
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace ``node`` (an original node of the parsed module) with ``replacement``."""
+
+    node: cst.CSTNode
+    replacement: Replacement
+
+
+class FixError(Exception):
+    """A rule could not build its fix (the finding stays reported, unfixed)."""
+
+
+@dataclass
+class _ImportRequest:
+    add: list[tuple[str, str | None]] = field(default_factory=list)  # (module, name)
+    remove_if_unused: list[tuple[str, str | None]] = field(default_factory=list)
+
+
+class FixContext:
+    """What a rule's ``fix`` can ask about the LibCST module it edits."""
+
+    def __init__(self, module: cst.Module):
+        self.wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        self.module = self.wrapper.module
+        self.positions = self.wrapper.resolve(PositionProvider)
+        self.parents = self.wrapper.resolve(ParentNodeProvider)
+        self._by_start: dict[tuple[int, int], list[cst.CSTNode]] = {}
+        for node, pos in self.positions.items():
+            self._by_start.setdefault((pos.start.line, pos.start.column), []).append(node)
+        self.imports = _ImportRequest()
+
+    # -- finding nodes --------------------------------------------------------------------
+    def node_at(self, span: Span, kind: type[N] = cst.CSTNode) -> N:
+        """The node of type ``kind`` that starts at ``span`` (and ends there, if several)."""
+        candidates = [n for n in self._by_start.get((span.line, span.col), []) if isinstance(n, kind)]
+        if len(candidates) > 1:
+            exact = [
+                n
+                for n in candidates
+                if (self.positions[n].end.line, self.positions[n].end.column) == (span.end_line, span.end_col)
+            ]
+            candidates = exact or candidates
+        if not candidates:
+            raise FixError(f"no {kind.__name__} at {span.line}:{span.col + 1}")
+        return candidates[0]
+
+    def span_of(self, node: cst.CSTNode) -> Span:
+        p = self.positions[node]
+        return Span(p.start.line, p.start.column, p.end.line, p.end.column)
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self.parents.get(node)
+
+    def ancestor(self, node: cst.CSTNode, kind: type[N]) -> N | None:
+        current = self.parents.get(node)
+        while current is not None and not isinstance(current, kind):
+            current = self.parents.get(current)
+        return current
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # -- building code ------------------------------------------------------------------------
+    def expr(self, code: str) -> cst.BaseExpression:
+        return cst.parse_expression(code, config=self.module.config_for_parsing)
+
+    def statement(self, code: str) -> cst.BaseStatement:
+        return cst.parse_statement(code, config=self.module.config_for_parsing)
+
+    def torch_name(self) -> str:
+        """The name this module uses for ``torch`` (``T`` after ``import torch as T``).
+
+        If the module never imports torch as a module, ``import torch`` is added.
+        """
+        for stmt in self.module.body:
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if isinstance(small, cst.Import):
+                        for alias in small.names:
+                            if self.code(alias.name) == "torch":
+                                return alias.evaluated_alias or "torch"
+        self.add_import("torch")
+        return "torch"
+
+    def add_import(self, module: str, name: str | None = None) -> None:
+        self.imports.add.append((module, name))
+
+    def remove_import_if_unused(self, module: str, name: str | None = None) -> None:
+        self.imports.remove_if_unused.append((module, name))
+
+
+class _ApplyEdits(cst.CSTTransformer):
+    def __init__(self, edits: dict[cst.CSTNode, Replacement]):
+        super().__init__()
+        self.edits = edits
+
+    def on_leave(self, original_node, updated_node):
+        return self.edits.get(original_node, updated_node)
+
+
+def _overlaps(a: Span, b: Span) -> bool:
+    return (a.line, a.col) < (b.end_line, b.end_col) and (b.line, b.col) < (a.end_line, a.end_col)
+
+
+@dataclass
+class FixRun:
+    source: bytes
+    applied: set[int] = field(default_factory=set)  # indexes into the findings given
+    notes: list[str] = field(default_factory=list)
+
+
+BuildFix = Callable[[Finding, FixContext], "list[Edit] | None"]
+
+
+def apply_fixes(source: bytes, findings: Sequence[Finding], build: BuildFix, path: str = "<string>") -> FixRun:
+    """Apply the fixes of ``findings`` (all of them wanted) to ``source``.
+
+    ``build(finding, ctx)`` returns the edits of one finding (the rule's ``fix``). A rule whose
+    edits make the file fail to compile is dropped with an internal-error note naming it; the
+    others are kept.
+    """
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return FixRun(source, notes=[f"cannot fix: LibCST could not parse the file ({exc.message})"])
+    run = _apply_once(module, findings, build)
+    new = run.source
+    if new == source:
+        return run
+    error = _compile_error(new, path)
+    if error is None:
+        return run
+    # Find the culprits: try each rule's fixes alone, drop those that break compilation.
+    bad_codes = set()
+    for code in sorted({f.code for i, f in enumerate(findings) if i in run.applied}):
+        alone = _apply_once(module, [f if f.code == code else None for f in findings], build)
+        err = _compile_error(alone.source, path)
+        if err is not None:
+            bad_codes.add(code)
+            run.notes.append(f"internal error: {code} produced code that does not compile ({err}); its fixes were dropped")
+    kept = [None if f.code in bad_codes else f for f in findings]
+    retry = _apply_once(module, kept, build)
+    retry.notes = run.notes + retry.notes
+    if _compile_error(retry.source, path) is not None:
+        retry = FixRun(source, notes=run.notes + ["internal error: combined fixes do not compile; file left unchanged"])
+    return retry
+
+
+def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: BuildFix) -> FixRun:
+    ctx = FixContext(module)
+    accepted: list[tuple[int, list[Edit], list[Span]]] = []
+    notes: list[str] = []
+    candidates = []
+    for index, finding in enumerate(findings):
+        if finding is None:
+            continue
+        ctx.imports = _ImportRequest()
+        try:
+            edits = build(finding, ctx)
+        except FixError as exc:
+            notes.append(f"{finding.code} at line {finding.line}: fix skipped ({exc})")
+            continue
+        if not edits:
+            continue
+        spans = [ctx.span_of(e.node) for e in edits]
+        outer = max(spans, key=lambda s: (s.end_line - s.line, s.end_col - s.col))
+        candidates.append((index, edits, spans, outer, ctx.imports))
+    # Outer edits first, so an edit nested in another one loses this run.
+    candidates.sort(key=lambda c: (c[3].line, c[3].col, -c[3].end_line, -c[3].end_col))
+    imports = _ImportRequest()
+    for index, edits, spans, _, wanted in candidates:
+        if any(_overlaps(s, t) or s == t for _, _, taken in accepted for s in spans for t in taken):
+            continue
+        accepted.append((index, edits, spans))
+        imports.add += wanted.add
+        imports.remove_if_unused += wanted.remove_if_unused
+    replacements = {e.node: e.replacement for _, edits, _ in accepted for e in edits}
+    new_module = ctx.module.visit(_ApplyEdits(replacements)) if replacements else ctx.module
+    if replacements and (imports.add or imports.remove_if_unused):
+        new_module = _fix_imports(new_module, imports)
+    return FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes)
+
+
+def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:
+    context = CodemodContext()
+    for mod, name in req.remove_if_unused:
+        RemoveImportsVisitor.remove_unused_import(context, mod, name)
+    if req.remove_if_unused:
+        module = RemoveImportsVisitor(context).transform_module(module)
+    for mod, name in req.add:
+        AddImportsVisitor.add_needed_import(context, mod, name)
+    if req.add:
+        module = AddImportsVisitor(context).transform_module(module)
+    return module
+
+
+def _compile_error(source: bytes, path: str) -> str | None:
+    try:
+        compile(source, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -1,0 +1,86 @@
+"""Plain data types shared by every layer: spans, findings, edits, settings, results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class FixSafety(str, enum.Enum):
+    """How much a fix can be trusted (see rules.md, "Fix safety")."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A source range: 1-based lines, 0-based character columns (output adds 1)."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reported problem.
+
+    ``fix`` is the safety of the fix the rule can build (None: diagnostic only).
+    ``anchors`` are extra lines whose suppression comments also silence it (the ``with`` or
+    ``def`` line that opens the flagged construct). ``data`` is the rule's own payload,
+    handed back to its ``fix``; it must be picklable.
+    """
+
+    code: str
+    name: str
+    message: str
+    span: Span
+    fix: FixSafety | None = None
+    anchors: tuple[int, ...] = ()
+    data: Any = None
+
+    @property
+    def line(self) -> int:
+        return self.span.line
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to check and fix. ``select``/``ignore`` hold codes or prefixes."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    unsafe_fixes: bool = False
+    rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def options_for(self, code: str) -> dict[str, Any]:
+        return self.rule_options.get(code, {})
+
+
+@dataclass
+class FixOutcome:
+    """A finding and whether its fix went into the new source."""
+
+    finding: Finding
+    applied: bool = False
+
+
+@dataclass
+class FileResult:
+    """Everything gradfix learned about one file."""
+
+    path: str
+    findings: list[FixOutcome] = field(default_factory=list)
+    old_source: bytes | None = None
+    new_source: bytes | None = None  # set only when a fix changed the file
+    error: str | None = None  # syntax error / unreadable: the file is left alone
+    error_kind: str | None = None  # "syntax", "io", "internal"
+    notes: list[str] = field(default_factory=list)  # internal errors, skipped fixes
+
+    @property
+    def changed(self) -> bool:
+        return self.new_source is not None and self.new_source != self.old_source

@@ -1,0 +1,122 @@
+"""Render results: text lines, the stable JSON schema, and diffs (rich on a terminal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import IO, Sequence
+
+from rich.console import Console
+from rich.text import Text
+
+from gradfix.diff import unified_diff
+from gradfix.model import FileResult, FixOutcome, FixSafety
+
+
+def use_color(stream: IO) -> bool:
+    return stream.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _marker(outcome: FixOutcome, unsafe_fixes: bool) -> str:
+    fix = outcome.finding.fix
+    if fix is FixSafety.SAFE or (fix is FixSafety.UNSAFE and unsafe_fixes):
+        return " [*]"
+    if fix is FixSafety.UNSAFE:
+        return " [unsafe]"
+    return ""
+
+
+def finding_line(path: str, outcome: FixOutcome, unsafe_fixes: bool, prefix: str = "") -> str:
+    f = outcome.finding
+    return f"{prefix}{path}:{f.span.line}:{f.span.col + 1}: {f.code}{_marker(outcome, unsafe_fixes)} {f.message}"
+
+
+def text_report(results: Sequence[FileResult], unsafe_fixes: bool, applied_mode: bool) -> list[str]:
+    """One line per finding (and per syntax error), sorted by file then line."""
+    lines = []
+    for result in sorted(results, key=lambda r: r.path):
+        if result.error_kind == "syntax":
+            lines.append(f"{result.path}:{result.error}")
+        for outcome in result.findings:
+            if applied_mode and outcome.applied:
+                lines.append(finding_line(result.path, outcome, unsafe_fixes, prefix="fixed: "))
+            else:
+                lines.append(finding_line(result.path, outcome, unsafe_fixes))
+    return lines
+
+
+def summary(results: Sequence[FileResult], unsafe_fixes: bool, applied_mode: bool) -> str:
+    outcomes = [o for r in results for o in r.findings]
+    fixed = sum(o.applied for o in outcomes)
+    left = [o for o in outcomes if not o.applied]
+    safe = sum(1 for o in left if o.finding.fix is FixSafety.SAFE or (o.finding.fix is FixSafety.UNSAFE and unsafe_fixes))
+    hidden = sum(1 for o in left if o.finding.fix is FixSafety.UNSAFE and not unsafe_fixes)
+    errors = sum(1 for r in results if r.error)
+    parts = []
+    if applied_mode:
+        files = sum(1 for r in results if any(o.applied for o in r.findings))
+        parts.append(f"Fixed {fixed} finding{'s' * (fixed != 1)} in {files} file{'s' * (files != 1)}; {len(left)} remaining.")
+    elif not left:
+        parts.append("All checks passed!")
+    else:
+        parts.append(f"Found {len(left)} finding{'s' * (len(left) != 1)}.")
+    if safe and left:
+        parts.append(f"[*] {safe} fixable with --apply (review with --diff).")
+    if hidden:
+        parts.append(f"{hidden} more fixable with --unsafe-fixes (they change behaviour on purpose; see `gradfix explain CODE`).")
+    if errors:
+        parts.append(f"{errors} file{'s' * (errors != 1)} could not be checked.")
+    return " ".join(parts)
+
+
+def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
+    rows = []
+    for result in sorted(results, key=lambda r: r.path):
+        for outcome in result.findings:
+            f = outcome.finding
+            rows.append(
+                {
+                    "path": result.path,
+                    "line": f.span.line,
+                    "column": f.span.col + 1,
+                    "end_line": f.span.end_line,
+                    "end_column": f.span.end_col + 1,
+                    "code": f.code,
+                    "name": f.name,
+                    "message": f.message,
+                    "fix": None
+                    if f.fix is None
+                    else {"safety": f.fix.value, "applied": bool(applied_mode and outcome.applied)},
+                }
+            )
+    return json.dumps(rows, indent=2)
+
+
+def file_diff(result: FileResult) -> bytes:
+    if not result.changed:
+        return b""
+    return unified_diff(result.old_source, result.new_source, result.path)
+
+
+def write_diff(patch: bytes, stream=None) -> None:
+    """Plain bytes when piped (or NO_COLOR): a patch ``git apply`` accepts; rich colours otherwise."""
+    stream = stream or sys.stdout
+    if not use_color(stream):
+        stream.flush()
+        getattr(stream, "buffer", stream).write(patch)
+        stream.flush()
+        return
+    console = Console(file=stream, highlight=False, soft_wrap=True)
+    for raw in patch.decode("utf-8", errors="replace").splitlines():
+        line = raw.rstrip("\r")
+        style = ""
+        if line.startswith(("--- ", "+++ ")):
+            style = "bold"
+        elif line.startswith("@@"):
+            style = "cyan"
+        elif line.startswith("+"):
+            style = "green"
+        elif line.startswith("-"):
+            style = "red"
+        console.print(Text(line, style=style))

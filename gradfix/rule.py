@@ -1,0 +1,123 @@
+"""The base every rule builds on: metadata, docs, examples, ``check`` and ``fix``.
+
+A rule module under ``gradfix/rules/`` defines one subclass of :class:`Rule`. Its docstring
+holds the Ruff-style doc sections; ``VALID``/``INVALID`` hold the examples that the generic
+test runs; ``check`` reads :class:`~gradfix.facts.FileFacts` and yields findings; ``fix``
+builds LibCST edits for one finding. The engine knows nothing else about any rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+
+from gradfix.model import Finding, FixSafety, Span
+
+if TYPE_CHECKING:
+    from gradfix.facts import FileFacts
+    from gradfix.fixer import Edit, FixContext
+
+DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety")
+
+
+@dataclass(frozen=True)
+class Option:
+    """A per-rule option (``[tool.gradfix.rules.GF202] style = "block"``)."""
+
+    name: str
+    choices: tuple[str, ...]
+    help: str = ""
+
+    @property
+    def default(self) -> str:
+        return self.choices[0]
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code on which the rule must stay silent."""
+
+    code: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code on which the rule must fire.
+
+    ``expected`` is the source after applying this rule's fixes (unsafe included), or None
+    when the rule reports without a fix. ``count`` is how many findings it must report.
+    """
+
+    code: str
+    expected: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+
+
+class Rule:
+    code: ClassVar[str]
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    #: Safety of the fix this rule builds; None for diagnostic-only rules.
+    fix_safety: ClassVar[FixSafety | None] = None
+    default_enabled: ClassVar[bool] = True
+    #: Substrings of the source; the rule is skipped on a file that contains none of them
+    #: (cheap pre-filter, so most files of a big tree are never walked). Empty: always run.
+    triggers: ClassVar[tuple[str, ...]] = ()
+    options: ClassVar[tuple[Option, ...]] = ()
+    VALID: ClassVar[list[Valid]] = []
+    INVALID: ClassVar[list[Invalid]] = []
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        self.opts = {o.name: o.default for o in self.options}
+        self.opts.update(options or {})
+
+    # -- to implement ---------------------------------------------------------------------
+    def check(self, facts: FileFacts) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    def fix(self, finding: Finding, ctx: FixContext) -> list[Edit] | None:
+        """LibCST edits for ``finding`` (keyed on original nodes), or None if it cannot."""
+        return None
+
+    # -- helpers for subclasses -------------------------------------------------------------
+    def report(
+        self,
+        facts: FileFacts,
+        node: ast.AST | Span,
+        message: str,
+        *,
+        fix: FixSafety | None | bool = True,
+        anchors: Iterable[ast.AST | int] = (),
+        data: Any = None,
+    ) -> Finding:
+        """A finding at ``node``; ``fix=True`` means "this rule's declared fix safety"."""
+        span = node if isinstance(node, Span) else facts.span(node)
+        safety = self.fix_safety if fix is True else (None if fix is False else fix)
+        lines = tuple(a if isinstance(a, int) else a.lineno for a in anchors)
+        return Finding(self.code, self.name, message, span, safety, lines, data)
+
+    # -- metadata ---------------------------------------------------------------------------
+    @classmethod
+    def doc(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def doc_sections(cls) -> dict[str, str]:
+        """The docstring's ``## Heading`` sections, by heading."""
+        sections: dict[str, list[str]] = {}
+        current = None
+        for line in cls.doc().splitlines():
+            if line.startswith("## "):
+                current = line[3:].strip()
+                sections[current] = []
+            elif current is not None:
+                sections[current].append(line)
+        return {k: "\n".join(v).strip() for k, v in sections.items()}
+
+    @classmethod
+    def option(cls, name: str) -> Option | None:
+        return next((o for o in cls.options if o.name == name), None)

@@ -1,0 +1,88 @@
+"""GF101 context-manager-not-called."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
+
+
+class ContextManagerNotCalled(Rule):
+    """
+    ## What it does
+    Finds `with torch.no_grad:` (and `enable_grad`, `inference_mode`, `set_grad_enabled`)
+    used as a with-item without calling it.
+
+    ## Why is this bad?
+    The class itself is not a context manager: the `with` statement raises
+    `TypeError: 'type' object does not support the context manager protocol` (pinned in
+    `tests/test_torch_facts.py`). The code has never run.
+
+    ## Example
+    ```python
+    with torch.no_grad:
+        preds = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    with torch.no_grad():
+        preds = model(x)
+    ```
+
+    ## Fix safety
+    Safe: the code raises `TypeError` today; adding `()` makes it do what it says.
+    `set_grad_enabled` needs a mode argument, so it is reported without a fix.
+    A bare decorator (`@torch.no_grad`) works on current torch and is not reported.
+    """
+
+    code = "GF101"
+    name = "context-manager-not-called"
+    summary = "Grad context manager used in `with` without calling it"
+    fix_safety = FixSafety.SAFE
+    triggers = ("grad", "inference_mode")
+
+    VALID = [
+        Valid("import torch\nwith torch.no_grad():\n    y = f(x)\n"),
+        Valid("import torch\n@torch.no_grad\ndef f(x):\n    return x\n"),
+        Valid("import torch\nctx = torch.no_grad\nwith ctx():\n    pass\n"),
+        Valid("def f(torch):\n    with torch.no_grad:\n        pass\n"),
+        Valid("import torch\nwith torch.set_grad_enabled(False):\n    pass\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\nwith torch.no_grad:  # eval\n    y = f(x)\n",
+            "import torch\nwith torch.no_grad():  # eval\n    y = f(x)\n",
+        ),
+        Invalid(
+            "import torch as T\nwith T.inference_mode, open(p) as fh:\n    pass\n",
+            "import torch as T\nwith T.inference_mode(), open(p) as fh:\n    pass\n",
+        ),
+        Invalid(
+            "from torch.autograd.grad_mode import enable_grad\nwith enable_grad:\n    pass\n",
+            "from torch.autograd.grad_mode import enable_grad\nwith enable_grad():\n    pass\n",
+        ),
+        Invalid("import torch\nwith torch.set_grad_enabled:\n    pass\n", None),
+    ]
+
+    def check(self, facts):
+        for region in facts.regions:
+            if region.kind == "with" and not region.called:
+                fixable = region.api != "torch.set_grad_enabled"
+                what = facts.segment(region.expr)
+                yield self.report(
+                    facts,
+                    region.expr,
+                    f"`{what}` is not called: `with {what}:` raises TypeError; write `with {what}():`"
+                    if fixable
+                    else f"`{what}` is not called: `with {what}:` raises TypeError; pass a mode, e.g. `{what}(False)`",
+                    fix=fixable,
+                    anchors=[region.owner],
+                )
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit
+
+        node = ctx.node_at(finding.span, cst.BaseExpression)
+        return [Edit(node, cst.Call(func=node))]

@@ -1,0 +1,59 @@
+"""Every rule's VALID/INVALID examples, run generically (fails loudly if no rule is found)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradfix import Settings, check, fix
+from gradfix.rule import DOC_SECTIONS
+from gradfix.rules import all_rules
+
+RULES = all_rules()
+
+
+def _settings(rule, options, unsafe=True) -> Settings:
+    return Settings(select=(rule.code,), unsafe_fixes=unsafe, rule_options={rule.code: dict(options)})
+
+
+def test_rules_were_collected():
+    assert len(RULES) >= 1
+    assert len({r.code for r in RULES}) == len(RULES)
+
+
+def _cases(kind):
+    for rule in RULES:
+        for i, example in enumerate(getattr(rule, kind)):
+            yield pytest.param(rule, example, id=f"{rule.code}-{kind.lower()}-{i}")
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_rule_has_docs_and_examples(rule):
+    sections = rule.doc_sections()
+    for name in DOC_SECTIONS:
+        assert sections.get(name), f"{rule.code} lacks the doc section {name!r}"
+    assert rule.VALID, f"{rule.code} has no VALID examples"
+    assert rule.INVALID, f"{rule.code} has no INVALID examples"
+    assert rule.code.startswith("GF") and rule.name and rule.summary
+
+
+@pytest.mark.parametrize("rule, example", list(_cases("VALID")))
+def test_valid_example_is_silent(rule, example):
+    findings = [f for f in check(example.code, settings=_settings(rule, example.options)) if f.code == rule.code]
+    assert findings == [], f"{rule.code} fired on VALID code:\n{example.code}"
+
+
+@pytest.mark.parametrize("rule, example", list(_cases("INVALID")))
+def test_invalid_example_fires_and_fixes(rule, example):
+    settings = _settings(rule, example.options)
+    findings = [f for f in check(example.code, settings=settings) if f.code == rule.code]
+    assert len(findings) == example.count, f"{rule.code}: expected {example.count} finding(s), got {findings}"
+    fixed = fix(example.code, settings=settings)
+    if example.expected is None:
+        assert fixed == example.code, f"{rule.code} rewrote code it should only report"
+    else:
+        assert fixed == example.expected
+        compile(fixed, "<fixed>", "exec")
+        assert fix(fixed, settings=settings) == fixed, "fix is not idempotent"
+    # The safe subset alone must never change code when the fix is unsafe.
+    if all(f.fix is not None and f.fix.value == "unsafe" for f in findings):
+        assert fix(example.code, settings=_settings(rule, example.options, unsafe=False)) == example.code
