@@ -12,7 +12,6 @@ from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
-import click
 import typer
 
 from gradfix import __version__
@@ -102,8 +101,13 @@ def check_command(
         raise typer.Exit(2)
     if not jobs_list:
         _err("no Python files found")
-    results = run_jobs(jobs_list, want_fixes=diff or apply, workers=jobs)
-    exit_code = _emit(results, jobs_list, diff, apply, output_format, debug)
+    try:
+        results = run_jobs(jobs_list, want_fixes=diff or apply, workers=jobs)
+        exit_code = _emit(results, jobs_list, diff, apply, output_format, debug)
+    except KeyboardInterrupt:
+        # Writes are atomic and one at a time: every file is either old or new.
+        _err("interrupted; files already written are complete, the rest are unchanged")
+        raise typer.Exit(130)
     raise typer.Exit(exit_code)
 
 
@@ -127,9 +131,10 @@ def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputForm
         print(json_report(results, applied_mode=apply))
     else:
         stream = sys.stderr if diff else sys.stdout
-        for line in text_report(results, unsafe, applied_mode=apply):
+        mode = "apply" if apply else "diff" if diff else "check"
+        for line in text_report(results, unsafe, mode):
             print(line, file=stream)
-        print(summary(results, unsafe, applied_mode=apply), file=stream)
+        print(summary(results, unsafe, mode), file=stream)
     if any(r.error for r in results):
         return 2
     remaining = any(not o.applied for r in results for o in r.findings)
@@ -178,14 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         args = ["check", *args]
     debug = "--debug" in args
     try:
-        code = app(args=args, prog_name="gradfix", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        code = exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        code = 2
-    except click.exceptions.Abort:
-        code = 130
+        app(args=args, prog_name="gradfix")  # exits with the command's code
     except KeyboardInterrupt:
         _err("interrupted; files already written are complete, the rest are unchanged")
         sys.exit(130)
@@ -194,4 +192,3 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for details)")
         sys.exit(2)
-    sys.exit(code if isinstance(code, int) else 0)

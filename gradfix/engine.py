@@ -96,11 +96,12 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     Raises :class:`SourceError` when the source does not parse.
     """
     text = decode_source(source)
+    tree = parse(source, path)  # always: a syntax error is reported even where no rule applies
     rules = [r(settings.options_for(r.code)) for r in selected_rules(settings)]
     rules = [r for r in rules if _triggered(r, text)]
     if not rules:
         return []
-    facts = build_facts(text, path, parse(source, path))
+    facts = build_facts(text, path, tree)
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(f for f in rule.check(facts) if not _suppressed(f, facts.lines))

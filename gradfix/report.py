@@ -32,31 +32,34 @@ def finding_line(path: str, outcome: FixOutcome, unsafe_fixes: bool, prefix: str
     return f"{prefix}{path}:{f.span.line}:{f.span.col + 1}: {f.code}{_marker(outcome, unsafe_fixes)} {f.message}"
 
 
-def text_report(results: Sequence[FileResult], unsafe_fixes: bool, applied_mode: bool) -> list[str]:
-    """One line per finding (and per syntax error), sorted by file then line."""
+def text_report(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> list[str]:
+    """One line per finding (and per syntax error), sorted by file then line.
+
+    ``mode`` is ``check``, ``diff`` or ``apply``; fixed findings are marked in the last two.
+    """
+    prefix = {"diff": "would fix: ", "apply": "fixed: "}.get(mode, "")
     lines = []
     for result in sorted(results, key=lambda r: r.path):
         if result.error_kind == "syntax":
             lines.append(f"{result.path}:{result.error}")
         for outcome in result.findings:
-            if applied_mode and outcome.applied:
-                lines.append(finding_line(result.path, outcome, unsafe_fixes, prefix="fixed: "))
-            else:
-                lines.append(finding_line(result.path, outcome, unsafe_fixes))
+            lines.append(finding_line(result.path, outcome, unsafe_fixes, prefix if outcome.applied else ""))
     return lines
 
 
-def summary(results: Sequence[FileResult], unsafe_fixes: bool, applied_mode: bool) -> str:
+def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> str:
     outcomes = [o for r in results for o in r.findings]
     fixed = sum(o.applied for o in outcomes)
     left = [o for o in outcomes if not o.applied]
+    applied_mode = mode != "check"
     safe = sum(1 for o in left if o.finding.fix is FixSafety.SAFE or (o.finding.fix is FixSafety.UNSAFE and unsafe_fixes))
     hidden = sum(1 for o in left if o.finding.fix is FixSafety.UNSAFE and not unsafe_fixes)
     errors = sum(1 for r in results if r.error)
     parts = []
     if applied_mode:
         files = sum(1 for r in results if any(o.applied for o in r.findings))
-        parts.append(f"Fixed {fixed} finding{'s' * (fixed != 1)} in {files} file{'s' * (files != 1)}; {len(left)} remaining.")
+        verb = "Fixed" if mode == "apply" else "Would fix"
+        parts.append(f"{verb} {fixed} finding{'s' * (fixed != 1)} in {files} file{'s' * (files != 1)}; {len(left)} remaining.")
     elif not left:
         parts.append("All checks passed!")
     else:
@@ -71,6 +74,7 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, applied_mode: boo
 
 
 def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
+    """The stable schema: one array of finding objects; ``applied`` only under --apply."""
     rows = []
     for result in sorted(results, key=lambda r: r.path):
         for outcome in result.findings:

@@ -1,0 +1,47 @@
+"""PyTorch facts GF101 relies on, checked on real torch."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("name", ["no_grad", "enable_grad", "inference_mode", "set_grad_enabled"])
+def test_with_uncalled_grad_context_raises_type_error(name):
+    manager = getattr(torch, name)
+    with pytest.raises(TypeError, match="context manager"):
+        with manager:  # the bug GF101 fixes
+            pass
+
+
+@pytest.mark.parametrize("name", ["no_grad", "enable_grad", "inference_mode"])
+def test_called_grad_context_works(name):
+    with getattr(torch, name)():
+        pass
+
+
+def test_bare_decorators_work_so_gf101_ignores_them():
+    x = torch.ones(2, requires_grad=True)
+
+    @torch.no_grad
+    def no_grad_double(t):
+        return t * 2
+
+    @torch.enable_grad
+    def enabled_double(t):
+        return t * 2
+
+    @torch.inference_mode
+    def inference_double(t):
+        return t * 2
+
+    assert no_grad_double(x).grad_fn is None
+    with torch.no_grad():
+        assert enabled_double(x).grad_fn is not None
+    assert torch.is_inference(inference_double(x))
+
+
+def test_set_grad_enabled_without_mode_still_fails_when_called():
+    # Why GF101 has no fix for set_grad_enabled: adding () alone is still wrong.
+    with pytest.raises(TypeError):
+        with torch.set_grad_enabled():
+            pass
