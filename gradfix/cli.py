@@ -18,7 +18,15 @@ from gradfix import __version__
 from gradfix.config import CliOverrides, ConfigError, config_for_file, parse_option_flag, settings_for, validate_codes
 from gradfix.engine import Job
 from gradfix.files import PathError, discover
-from gradfix.report import file_diff, json_report, summary, text_report, write_diff
+from gradfix.report import (
+    file_diff,
+    json_report,
+    print_summary_table,
+    summary,
+    text_report,
+    use_color,
+    write_diff,
+)
 from gradfix.runner import run_jobs, write_results
 
 app = typer.Typer(
@@ -33,6 +41,8 @@ app = typer.Typer(
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"
+    sarif = "sarif"
+    github = "github"
 
 
 def _err(message: str) -> None:
@@ -66,6 +76,7 @@ def check_command(
     extend_select: Optional[str] = typer.Option(None, help="Codes to add to the selection."),
     option: List[str] = typer.Option([], "--option", "-o", help="Rule option CODE.NAME=VALUE, e.g. GF202.style=block."),
     output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", help="Output format."),
+    output_file: Optional[Path] = typer.Option(None, "--output-file", "-O", help="Write the report here, not to stdout."),
     exclude: List[str] = typer.Option([], "--exclude", help="Glob of paths to skip while walking folders."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: all cores)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
@@ -102,8 +113,8 @@ def check_command(
     if not jobs_list:
         _err("no Python files found")
     try:
-        results = run_jobs(jobs_list, want_fixes=diff or apply, workers=jobs)
-        exit_code = _emit(results, jobs_list, diff, apply, output_format, debug)
+        results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
+        exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file)
     except KeyboardInterrupt:
         # Writes are atomic and one at a time: every file is either old or new.
         _err("interrupted; files already written are complete, the rest are unchanged")
@@ -111,7 +122,28 @@ def check_command(
     raise typer.Exit(exit_code)
 
 
-def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputFormat, debug: bool) -> int:
+PROGRESS_MIN_FILES = 50
+
+
+def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool):
+    """A progress bar on stderr for big runs, only on a terminal and only for text output."""
+    if not (text and len(jobs_list) >= PROGRESS_MIN_FILES and use_color(sys.stderr)):
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("gradfix"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True, console=_stderr_console()) as bar:
+        task = bar.add_task("files", total=len(jobs_list))
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, progress=lambda _: bar.advance(task))
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputFormat, output_file: Path | None) -> int:
     unsafe = any(j.settings.unsafe_fixes for j in jobs_list)
     errors = []
     if apply:
@@ -119,7 +151,7 @@ def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputForm
     for result in results:
         for note in result.notes:
             _err(f"{result.path}: {note}")
-        if result.error_kind in ("io", "internal") and result.error not in errors:
+        if result.error_kind in ("io", "internal"):  # write errors too: one line each
             message = result.error if result.error.startswith("cannot") else f"{result.path}: {result.error}"
             _err(message)
     if diff:
@@ -127,14 +159,33 @@ def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputForm
             patch = file_diff(result)
             if patch:
                 write_diff(patch)
-    if output_format is OutputFormat.json:
-        print(json_report(results, applied_mode=apply))
+    mode = "apply" if apply else "diff" if diff else "check"
+    if output_format is OutputFormat.text:
+        report_lines = text_report(results, unsafe, mode) + [summary(results, unsafe, mode)]
+    elif output_format is OutputFormat.json:
+        report_lines = [json_report(results, applied_mode=apply)]
+    elif output_format is OutputFormat.sarif:
+        from gradfix.sarif import sarif_report
+
+        report_lines = [sarif_report(results, {j.display: j.settings for j in jobs_list})]
     else:
+        from gradfix.sarif import github_report
+
+        report_lines = github_report(results)
+    report = "".join(line + "\n" for line in report_lines)
+    if output_file is not None:
+        try:
+            output_file.write_text(report, encoding="utf-8")
+        except OSError as exc:
+            _err(f"cannot write {output_file}: {exc.strerror}")
+            return 2
+    else:
+        # With --diff, stdout carries only the patch; the report goes to stderr.
         stream = sys.stderr if diff else sys.stdout
-        mode = "apply" if apply else "diff" if diff else "check"
-        for line in text_report(results, unsafe, mode):
-            print(line, file=stream)
-        print(summary(results, unsafe, mode), file=stream)
+        stream.write(report)
+        stream.flush()
+        if output_format is OutputFormat.text and use_color(stream):
+            print_summary_table(results, stream)
     if any(r.error for r in results):
         return 2
     remaining = any(not o.applied for r in results for o in r.findings)
@@ -148,22 +199,47 @@ def rules_command() -> None:
     """List every rule: code, name, fix safety, on by default."""
     from gradfix.rules import all_rules
 
-    for rule in all_rules():
-        safety = rule.fix_safety.value if rule.fix_safety else "none"
-        default = "on" if rule.default_enabled else "off"
-        print(f"{rule.code}  {rule.name:<32} fix={safety:<6} default={default}  {rule.summary}")
+    rows = [
+        (r.code, r.name, r.fix_safety.value if r.fix_safety else "none", "yes" if r.default_enabled else "no", r.summary)
+        for r in all_rules()
+    ]
+    if use_color(sys.stdout):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("code", "name", "fix", "default", "summary", title="gradfix rules")
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    print("code\tname\tfix\tdefault\tsummary")
+    for row in rows:
+        print("\t".join(row))
 
 
 @app.command("explain")
 def explain_command(code: str = typer.Argument(..., help="A rule code, e.g. GF202.")) -> None:
-    """Show a rule's documentation."""
+    """Show a rule's documentation (rendered on a terminal, plain Markdown when piped)."""
     from gradfix.rules import rule_by_code
 
     rule = rule_by_code(code)
     if rule is None:
         _err(f"unknown rule {code!r} (see `gradfix rules`)")
         raise typer.Exit(2)
-    print(f"# {rule.code} {rule.name}\n\n{rule.summary}\n\n{rule.doc()}")
+    safety = rule.fix_safety.value if rule.fix_safety else "none (diagnostic only)"
+    options = "".join(f"\n- `{o.name}`: {' | '.join(o.choices)} (default `{o.default}`) {o.help}" for o in rule.options)
+    text = (
+        f"# {rule.code} {rule.name}\n\n{rule.summary}.\n\nFix: {safety}. "
+        f"On by default: {'yes' if rule.default_enabled else 'no'}.\n\n{rule.doc()}\n"
+        + (f"\n## Options\n{options}\n" if options else "")
+    )
+    if use_color(sys.stdout):
+        from rich.console import Console
+        from rich.markdown import Markdown
+
+        Console().print(Markdown(text))
+    else:
+        print(text, end="")
 
 
 @app.command("version")

@@ -124,3 +124,28 @@ def write_diff(patch: bytes, stream=None) -> None:
         elif line.startswith("-"):
             style = "red"
         console.print(Text(line, style=style))
+
+
+def rule_counts(results: Sequence[FileResult]) -> list[tuple[str, str, int, int, int]]:
+    """(code, name, findings, fixed, left) per rule that fired, by code."""
+    counts: dict[str, list] = {}
+    for result in results:
+        for outcome in result.findings:
+            f = outcome.finding
+            row = counts.setdefault(f.code, [f.name, 0, 0])
+            row[1] += 1
+            row[2] += outcome.applied
+    return [(code, name, n, fixed, n - fixed) for code, (name, n, fixed) in sorted(counts.items())]
+
+
+def print_summary_table(results: Sequence[FileResult], stream) -> None:
+    """The closing table (rule, findings, fixed, left), for terminals only."""
+    rows = rule_counts(results)
+    if not rows:
+        return
+    from rich.table import Table
+
+    table = Table("rule", "name", "findings", "fixed", "left")
+    for code, name, n, fixed, left in rows:
+        table.add_row(code, name, str(n), str(fixed), str(left))
+    Console(file=stream).print(table)

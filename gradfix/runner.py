@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 from gradfix.engine import Job, process_source
 from gradfix.model import FileResult
@@ -43,14 +43,27 @@ def _process_star(args: tuple[Job, bool]) -> FileResult:
     return process_job(*args)
 
 
-def run_jobs(jobs: Sequence[Job], want_fixes: bool, workers: int | None = None) -> list[FileResult]:
-    """Results in the order of ``jobs``."""
+def run_jobs(
+    jobs: Sequence[Job],
+    want_fixes: bool,
+    workers: int | None = None,
+    progress: Callable[[FileResult], None] | None = None,
+) -> list[FileResult]:
+    """Results in the order of ``jobs``; ``progress`` is called once per finished file."""
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        return [process_job(job, want_fixes) for job in jobs]
+        results = (process_job(job, want_fixes) for job in jobs)
+        return [_tick(r, progress) for r in results]
     chunk = max(1, len(jobs) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk))
+        results = pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk)
+        return [_tick(r, progress) for r in results]
+
+
+def _tick(result: FileResult, progress: Callable[[FileResult], None] | None) -> FileResult:
+    if progress is not None:
+        progress(result)
+    return result
 
 
 def write_results(results: Sequence[FileResult], jobs: Sequence[Job]) -> list[str]:

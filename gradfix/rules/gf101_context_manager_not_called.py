@@ -17,7 +17,7 @@ class ContextManagerNotCalled(Rule):
     ## Why is this bad?
     The class itself is not a context manager: the `with` statement raises
     `TypeError: 'type' object does not support the context manager protocol` (pinned in
-    `tests/test_torch_facts.py`). The code has never run.
+    `tests/facts/test_gf101_facts.py`). The code has never run.
 
     ## Example
     ```python
