@@ -174,7 +174,7 @@ def settings_for(path: Path, config: Config, cli: CliOverrides) -> Settings:
             rel = None
         if rel is not None:
             for glob, codes in config.per_file_ignores:
-                if pathspec.PathSpec.from_lines("gitwildmatch", [glob]).match_file(rel):
+                if pathspec.GitIgnoreSpec.from_lines([glob]).match_file(rel):
                     ignore.extend(codes)
     options = {code: dict(values) for code, values in config.rule_options.items()}
     for code, values in cli.rule_options.items():

@@ -41,7 +41,7 @@ def _gitignore_spec(directory: Path) -> pathspec.PathSpec | None:
         lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def discover(
@@ -50,7 +50,7 @@ def discover(
     extensions: tuple[str, ...] = (".py",),
 ) -> Iterator[Discovered]:
     """Yield files to check, in a stable order; raise PathError for a missing path."""
-    exclude_spec = pathspec.PathSpec.from_lines("gitwildmatch", list(exclude))
+    exclude_spec = pathspec.GitIgnoreSpec.from_lines(list(exclude))
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
