@@ -79,6 +79,7 @@ def check_command(
     output_file: Optional[Path] = typer.Option(None, "--output-file", "-O", help="Write the report here, not to stdout."),
     exclude: List[str] = typer.Option([], "--exclude", help="Glob of paths to skip while walking folders."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: all cores)."),
+    notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Also check *.ipynb files in folders."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
 ) -> None:
     """Report findings (default), show fixes (--diff) or apply them (--apply)."""
@@ -104,7 +105,8 @@ def check_command(
                 excludes_here = excludes + list(config_for_file(path / "__init__.py").exclude)
             else:
                 excludes_here = excludes
-            for found in discover([path], exclude=excludes_here):
+            extensions = (".py", ".ipynb") if notebooks else (".py",)
+            for found in discover([path], exclude=excludes_here, extensions=extensions):
                 settings = settings_for(found.path, config_for_file(found.path), cli)
                 jobs_list.append(Job(str(found.path), settings, _display(found.path)))
     except (ConfigError, PathError) as exc:

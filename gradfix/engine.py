@@ -74,6 +74,8 @@ def parse(source: bytes | str, path: str) -> ast.Module:
         raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
     except ValueError as exc:  # e.g. null bytes
         raise SourceError(f"syntax error: {exc}") from None
+    except (RecursionError, MemoryError):  # CPython's parser on very deep nesting
+        raise SourceError("file is nested too deeply to analyse") from None
 
 
 def _suppressed(finding: Finding, lines: Sequence[str]) -> bool:
@@ -166,6 +168,8 @@ class Job:
 
 
 def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
+    if job.path.endswith(".ipynb"):
+        return _process_notebook(source, job, want_fixes)
     result = FileResult(job.display, old_source=source)
     try:
         findings = check(source, job.display, job.settings)
@@ -182,3 +186,18 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
                 for index in run.applied:
                     result.findings[index].applied = True
     return result
+
+
+def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
+    from gradfix.notebook import process_notebook
+
+    def check_cells(text: str) -> list[Finding]:
+        return check(text, job.display, job.settings)
+
+    def fix_cells(text: str, findings: list[Finding]):
+        return fix_findings(text.encode("utf-8"), findings, job.settings, job.display)
+
+    try:
+        return process_notebook(source, job.display, check_cells, fix_cells, want_fixes)
+    except SourceError as exc:
+        return FileResult(job.display, old_source=source, error=f"{exc.line}:{exc.col}: {exc.message}", error_kind="syntax")

@@ -31,7 +31,7 @@ class Finding:
     ``fix`` is the safety of the fix the rule can build (None: diagnostic only).
     ``anchors`` are extra lines whose suppression comments also silence it (the ``with`` or
     ``def`` line that opens the flagged construct). ``data`` is the rule's own payload,
-    handed back to its ``fix``; it must be picklable.
+    handed back to its ``fix``; it must be picklable. ``cell`` is set for notebook findings.
     """
 
     code: str
@@ -41,6 +41,7 @@ class Finding:
     fix: FixSafety | None = None
     anchors: tuple[int, ...] = ()
     data: Any = None
+    cell: int | None = None  # 1-based notebook cell (the span is then relative to the cell)
 
     @property
     def line(self) -> int:

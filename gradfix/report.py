@@ -29,6 +29,8 @@ def _marker(outcome: FixOutcome, unsafe_fixes: bool) -> str:
 
 def finding_line(path: str, outcome: FixOutcome, unsafe_fixes: bool, prefix: str = "") -> str:
     f = outcome.finding
+    if f.cell is not None:
+        path = f"{path}:cell {f.cell}"
     return f"{prefix}{path}:{f.span.line}:{f.span.col + 1}: {f.code}{_marker(outcome, unsafe_fixes)} {f.message}"
 
 
@@ -61,7 +63,7 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> str
         verb = "Fixed" if mode == "apply" else "Would fix"
         parts.append(f"{verb} {fixed} finding{'s' * (fixed != 1)} in {files} file{'s' * (files != 1)}; {len(left)} remaining.")
     elif not left:
-        parts.append("All checks passed!")
+        parts.append("No findings." if any(r.error for r in results) else "All checks passed!")
     else:
         parts.append(f"Found {len(left)} finding{'s' * (len(left) != 1)}.")
     if safe and left:
@@ -79,9 +81,11 @@ def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
     for result in sorted(results, key=lambda r: r.path):
         for outcome in result.findings:
             f = outcome.finding
+            cell = {} if f.cell is None else {"cell": f.cell}  # notebooks only: 1-based cell
             rows.append(
                 {
                     "path": result.path,
+                    **cell,
                     "line": f.span.line,
                     "column": f.span.col + 1,
                     "end_line": f.span.end_line,
@@ -100,6 +104,10 @@ def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
 def file_diff(result: FileResult) -> bytes:
     if not result.changed:
         return b""
+    if result.path.endswith(".ipynb"):
+        from gradfix.notebook import cell_diffs
+
+        return cell_diffs(result.old_source, result.new_source, result.path)
     return unified_diff(result.old_source, result.new_source, result.path)
 
 

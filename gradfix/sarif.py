@@ -57,8 +57,8 @@ def _line_col(text: str, start: int, end: int) -> dict:
 
 
 def _fix_for(result: FileResult, finding: Finding, settings: Settings) -> dict | None:
-    if finding.fix is None or result.old_source is None:
-        return None
+    if finding.fix is None or result.old_source is None or finding.cell is not None:
+        return None  # notebook fixes are not expressed as JSON text replacements
     run = fix_findings(result.old_source, [finding], replace(settings, unsafe_fixes=True), result.path)
     if run is None or 0 not in run.applied:
         return None
@@ -104,7 +104,11 @@ def sarif_report(results: Sequence[FileResult], settings: dict[str, Settings]) -
                         }
                     }
                 ],
-                "properties": {"fixSafety": f.fix.value if f.fix else "none", "fixApplied": outcome.applied},
+                "properties": {
+                    "fixSafety": f.fix.value if f.fix else "none",
+                    "fixApplied": outcome.applied,
+                    **({"notebookCell": f.cell} if f.cell is not None else {}),
+                },
             }
             fix = _fix_for(result, f, settings.get(result.path, Settings()))
             if fix is not None:
