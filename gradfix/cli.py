@@ -80,11 +80,23 @@ def check_command(
     exclude: List[str] = typer.Option([], "--exclude", help="Glob of paths to skip while walking folders."),
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: all cores)."),
     notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Also check *.ipynb files in folders."),
+    interactive: bool = typer.Option(
+        False, "--interactive", "-i", help="Review each fix as a diff hunk and choose which to write (unsafe ones too)."
+    ),
+    verify_cmd: Optional[str] = typer.Option(
+        None, "--verify-cmd", help="With --apply: keep only the rules' fixes after which this command still passes."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
 ) -> None:
     """Report findings (default), show fixes (--diff) or apply them (--apply)."""
     if diff and apply:
         _err("--diff and --apply cannot be used together")
+        raise typer.Exit(2)
+    if verify_cmd is not None and (not apply or interactive):
+        _err("--verify-cmd needs --apply (and no --interactive)")
+        raise typer.Exit(2)
+    if interactive and not sys.stdin.isatty():
+        _err("--interactive needs a terminal on standard input")
         raise typer.Exit(2)
     try:
         rule_options: dict[str, dict[str, str]] = {}
@@ -114,6 +126,10 @@ def check_command(
         raise typer.Exit(2)
     if not jobs_list:
         _err("no Python files found")
+    if verify_cmd is not None:
+        raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
+    if interactive:
+        raise typer.Exit(_review(jobs_list, jobs))
     try:
         results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
         exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file)
@@ -125,6 +141,34 @@ def check_command(
 
 
 PROGRESS_MIN_FILES = 50
+
+
+def _migrate(jobs_list: list[Job], command: str, workers: int | None) -> int:
+    from gradfix.migrate import migrate, render
+
+    report = migrate(jobs_list, command, lambda js, fixes: run_jobs(js, want_fixes=fixes, workers=workers))
+    for line in render(report, command):
+        print(line)
+    for error in report.errors:
+        _err(error)
+    if not report.baseline_ok or report.errors:
+        return 2
+    return 1 if any(not o.kept for o in report.outcomes) else 0
+
+
+def _review(jobs_list: list[Job], workers: int | None) -> int:
+    from gradfix.review import review
+
+    results = run_jobs(jobs_list, want_fixes=False, workers=workers)
+    errors = review(results, jobs_list)
+    for error in errors:
+        _err(error)
+    for line in text_report(results, True, "apply"):
+        print(line)
+    print(summary(results, True, "apply"))
+    if errors or any(r.error for r in results):
+        return 2
+    return 1 if any(not o.applied for r in results for o in r.findings) else 0
 
 
 def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool):
@@ -242,6 +286,22 @@ def explain_command(code: str = typer.Argument(..., help="A rule code, e.g. GF20
         Console().print(Markdown(text))
     else:
         print(text, end="")
+
+
+@app.command("verify")
+def verify_command(
+    paths: List[Path] = typer.Argument(None, help="Scenario files or folders (default: the shipped fixtures)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda or all (cuda only when available)."),
+    output_format: str = typer.Option("text", "--format", help="text or json."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Scenario processes at once (default: all cores)."),
+) -> None:
+    """Prove each rule's fix by running scenarios before and after it (needs torch)."""
+    if device not in ("cpu", "cuda", "all") or output_format not in ("text", "json"):
+        _err("--device must be cpu, cuda or all; --format must be text or json")
+        raise typer.Exit(2)
+    from gradfix import verify  # lazy: torch is only imported by the harness
+
+    raise typer.Exit(verify.run(list(paths or []), device=device, output_format=output_format, jobs=jobs))
 
 
 @app.command("version")

@@ -141,9 +141,12 @@ def _builder(settings: Settings):
     return build
 
 
-def fix_findings(source: bytes, findings: Sequence[Finding], settings: Settings, path: str = "<string>"):
-    """Apply the fixes of ``findings`` that ``settings`` allows; returns the FixRun."""
-    wanted = [f if wants_fix(f, settings) else None for f in findings]
+def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Settings, path: str = "<string>"):
+    """Apply the fixes of ``findings`` that ``settings`` allows (None entries are skipped).
+
+    Returns the FixRun (its ``applied`` indexes refer to ``findings``), or None if no fix is wanted.
+    """
+    wanted = [f if f is not None and wants_fix(f, settings) else None for f in findings]
     if not any(wanted):
         return None
     return apply_fixes(source, wanted, _builder(settings), path)
