@@ -1,0 +1,622 @@
+"""GF104 no-grad-without-eval.
+
+The analysis of "which module is evaluated under a grad-disabled region without `.eval()`"
+lives here as plain functions: GF105 (train-without-train-mode) asks the same question to
+learn which modules GF104's fix will put into eval mode.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradfix.facts import FileFacts, GradRegion, dotted_name, literal_bool
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Option, Rule, Valid
+
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# nn.Module methods that do not run the module's forward: `model.parameters()` under
+# `no_grad` (a manual SGD update, an EMA copy) is not evaluation.
+NOT_FORWARD = frozenset(
+    """parameters named_parameters buffers named_buffers children named_children modules
+    named_modules state_dict load_state_dict zero_grad to cuda cpu half float double bfloat16
+    type eval train apply requires_grad_ register_buffer register_parameter add_module
+    register_forward_hook register_forward_pre_hook register_full_backward_hook
+    register_backward_hook get_submodule get_parameter get_buffer share_memory extra_repr
+    save save_pretrained from_pretrained num_parameters numel size item detach clone copy_
+    fill_ zero_ mul_ add_ sub_ div_ data weight bias grad update step reset reset_parameters
+    append extend pop keys values items get""".split()
+)
+# Uses that show a name is an nn.Module whose mode matters (a criterion is called in
+# training too, but nobody optimises its parameters or switches its mode).
+MODULE_USES = frozenset(
+    """parameters named_parameters zero_grad state_dict load_state_dict eval train
+    requires_grad_ modules named_modules buffers named_buffers""".split()
+)
+LOSS_LIKE = re.compile(r"loss|criterion|crit$|metric|accuracy|^acc$|score|distance", re.IGNORECASE)
+# Functions whose caller owns the mode: forward passes, framework steps and hooks.
+CALLER_OWNS_MODE = re.compile(r"^(forward|__call__|on_\w+|\w+_step|\w+_epoch_(end|start))$")
+# Batch-norm recalibration runs the model in train mode under no_grad on purpose.
+RECALIBRATION = re.compile(r"(^|_)(bn|batch_?norm|calib\w*|recalib\w*|swa)(_|$)", re.IGNORECASE)
+EVALISH = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|val|valid|test|infer|inference|predict)", re.I)
+
+
+def pos(node: ast.AST) -> tuple[int, int]:
+    return (node.lineno, node.col_offset)
+
+
+def related(a: str, b: str) -> bool:
+    """One name is the other or a submodule of it (`model` / `model.encoder`)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def covers(switched: str, name: str) -> bool:
+    """A mode switch on ``switched`` reaches ``name`` (`.eval()` is recursive)."""
+    return switched == name or name.startswith(switched + ".")
+
+
+def is_descendant(facts: FileFacts, node: ast.AST, ancestor: ast.AST) -> bool:
+    current = node
+    while current is not None:
+        if current is ancestor:
+            return True
+        current = facts.parents.get(current)
+    return False
+
+
+def own_loops_around(facts: FileFacts, node: ast.AST, func) -> list[ast.AST]:
+    """Loops of ``func`` (not of a nested def) containing ``node``, innermost first."""
+    out = []
+    current = facts.parents.get(node)
+    while current is not None and current is not func:
+        if isinstance(current, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(current, LOOPS):
+            out.append(current)
+        current = facts.parents.get(current)
+    return out
+
+
+@dataclass(frozen=True)
+class Switch:
+    """``receiver.eval()`` / ``receiver.train(...)``: mode is ``eval``, ``train`` or ``unknown``."""
+
+    call: ast.Call
+    receiver: str
+    mode: str
+
+
+_MODE_ARG = re.compile(r"train|mode", re.IGNORECASE)
+
+
+def switch_of(call: ast.Call) -> Switch | None:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
+        return None
+    receiver = dotted_name(func.value)
+    if receiver is None:
+        return None
+    if func.attr == "eval":
+        return Switch(call, receiver, "eval") if not call.args and not call.keywords else None
+    args = list(call.args) + [k.value for k in call.keywords if k.arg == "mode"]
+    if len(call.args) + len(call.keywords) != len(args) or len(args) > 1:
+        return None  # `trainer.train(dataset, epochs=3)`: not nn.Module.train
+    if not args:
+        return Switch(call, receiver, "train")
+    value = literal_bool(args[0])
+    if value is not None:
+        return Switch(call, receiver, "train" if value else "eval")
+    name = dotted_name(args[0])
+    if name is not None:
+        return Switch(call, receiver, "unknown")  # model.train(was_training)
+    return None
+
+
+def _modeish(switch: Switch) -> bool:
+    """`.train()`, `.train(False)`, `.train(was_training)`: not `trainer.train(dataset)`."""
+    if switch.mode != "unknown":
+        return True
+    call = switch.call
+    arg = call.args[0] if call.args else call.keywords[0].value
+    return bool(_MODE_ARG.search((dotted_name(arg) or "").rsplit(".", 1)[-1]))
+
+
+def switches(facts: FileFacts) -> list[Switch]:
+    cache = facts.__dict__.get("_gf104_switches")
+    if cache is None:
+        cache = [s for s in map(switch_of, facts.calls) if s is not None]
+        facts.__dict__["_gf104_switches"] = cache
+    return cache
+
+
+def own_switches(facts: FileFacts, scope) -> list[Switch]:
+    return [s for s in switches(facts) if facts.function_of.get(s.call) is scope]
+
+
+def is_optimizer_step(call: ast.Call) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "step":
+        return False
+    receiver = dotted_name(func.value)
+    if receiver is None:
+        return False
+    last = receiver.rsplit(".", 1)[-1].lower()
+    return ("opt" in last or "scaler" in last) and "sched" not in last
+
+
+def own_calls(facts: FileFacts, scope) -> list[ast.Call]:
+    return [c for c in facts.calls if facts.function_of.get(c) is scope]
+
+
+def calls_backward(facts: FileFacts, scope) -> bool:
+    if facts.method_calls_in(scope, "backward"):
+        return True
+    return any(facts.call_qualname(c) == "torch.autograd.backward" for c in own_calls(facts, scope))
+
+
+def steps_optimizer(facts: FileFacts, scope) -> bool:
+    return any(is_optimizer_step(c) for c in own_calls(facts, scope))
+
+
+def forward_target(facts: FileFacts, call: ast.Call) -> str | None:
+    """Dotted name of the callee when the call can run a module's forward, else None."""
+    name = dotted_name(call.func)
+    if name is None:
+        return None
+    parts = name.split(".")
+    if any(p in NOT_FORWARD for p in parts[1:]):
+        return None
+    if facts.resolve_name(parts[0], call) is not None:
+        return None  # torch.cat, F.relu, np.mean: imported functions, not modules
+    return name
+
+
+def trained_names(facts: FileFacts) -> set[str]:
+    """Dotted names the file trains or switches: `.train()` on it, or a training scope calls it."""
+    cache = facts.__dict__.get("_gf104_trained")
+    if cache is not None:
+        return cache
+    names = {s.receiver for s in switches(facts) if s.call.func.attr == "train" and _modeish(s)}
+    module_like = {m.receiver for m in facts.method_calls if m.method in MODULE_USES and m.receiver}
+    module_like |= {s.receiver for s in switches(facts)}
+    for scope in [None, *facts.functions]:
+        if not (calls_backward(facts, scope) or steps_optimizer(facts, scope)):
+            continue
+        for call in own_calls(facts, scope):
+            name = dotted_name(call.func)
+            if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
+                continue
+            if name.endswith(".forward"):
+                name = name[: -len(".forward")]
+            if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
+                names.add(name)
+    names.discard("self")
+    facts.__dict__["_gf104_trained"] = names
+    return names
+
+
+@dataclass
+class EvalGap:
+    """A function that evaluates ``modules`` under a grad-disabled region without `.eval()`."""
+
+    func: ast.FunctionDef | ast.AsyncFunctionDef
+    region: GradRegion  # the first region (outermost disabled one) holding such a call
+    call: ast.Call  # the first such module call
+    modules: list[str]  # names to switch, in order of first use
+    calls: list[ast.Call] = None  # every flagged call in the function
+
+    def __post_init__(self):
+        if self.calls is None:
+            self.calls = [self.call]
+
+
+def _lightning_method(facts: FileFacts, func) -> bool:
+    parent = facts.parents.get(func)
+    if not isinstance(parent, ast.ClassDef):
+        return False
+    return any("Lightning" in (facts.segment(b) or "") for b in parent.bases)
+
+
+def _outer_disabled_region(facts: FileFacts, node: ast.AST) -> GradRegion | None:
+    regions = facts.regions_around(node)
+    if not regions or regions[0].mode != "disabled":
+        return None
+    disabled = [r for r in regions if r.mode == "disabled" and (r.called or r.kind == "decorator")]
+    if not disabled or not (regions[0].called or regions[0].kind == "decorator"):
+        return None
+    return disabled[-1]
+
+
+def _managed_in_function(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """``func`` switches a related module before ``node`` (or in a loop around both)."""
+    loops = set(map(id, own_loops_around(facts, node, func)))
+    for s in own_switches(facts, func):
+        if not any(related(s.receiver, n) for n in names):
+            continue
+        if pos(s.call) < pos(node):
+            return True
+        if any(id(l) in loops for l in own_loops_around(facts, s.call, func)):
+            return True
+    return False
+
+
+def _called_by_name(facts: FileFacts, call: ast.Call, name: str) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
+
+
+def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
+    """An enclosing function switches the module before it calls the nested def."""
+    inner = func
+    for outer in facts.enclosing_functions(func):
+        related_switches = [
+            s for s in own_switches(facts, outer) if s.mode != "train" and any(related(s.receiver, n) for n in names)
+        ]
+        if related_switches:
+            calls = [c for c in own_calls(facts, outer) if isinstance(c.func, ast.Name) and c.func.id == inner.name]
+            if not calls:
+                return True  # passed on as a callback: who calls it when is unknown, stay silent
+            if any(pos(s.call) < pos(c) for s in related_switches for c in calls):
+                return True
+        inner = outer
+    return False
+
+
+def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
+    """A caller elsewhere in the file puts the module (or what it passes) into eval first."""
+    for call in facts.calls:
+        if not _called_by_name(facts, call, func.name):
+            continue
+        scope = facts.function_of.get(call)
+        if scope is func:
+            continue
+        passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
+        for s in own_switches(facts, scope):
+            if s.mode == "train" and EVALISH.search(func.name):
+                continue  # `model.train(); evaluate(model)` is the bug, not a caller owning the mode
+            if any(related(s.receiver, n) for n in names) or s.receiver in passed:
+                if pos(s.call) < pos(call) or set(map(id, own_loops_around(facts, s.call, scope))) & set(
+                    map(id, own_loops_around(facts, call, scope))
+                ):
+                    return True
+    return False
+
+
+def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
+    """Every function GF104 reports (computed once per file, shared with GF105)."""
+    cached = facts.__dict__.get("_gf104_gaps")
+    if cached is not None:
+        return cached
+    trained = trained_names(facts)
+    gaps: dict[ast.AST, EvalGap] = {}
+    if trained:
+        for call in facts.calls:
+            func = facts.function_of.get(call)
+            if not isinstance(func, FUNCTIONS):
+                continue
+            target = forward_target(facts, call)
+            if target is None:
+                continue
+            parts = target.split(".")
+            prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+            module = next((p for p in prefixes if p in trained), None)
+            if module is None:
+                continue
+            region = _outer_disabled_region(facts, call)
+            if region is None:
+                continue
+            if CALLER_OWNS_MODE.match(func.name) or RECALIBRATION.search(func.name) or _lightning_method(facts, func):
+                continue
+            if calls_backward(facts, func) or steps_optimizer(facts, func):
+                continue
+            names = (module, target)
+            if _managed_in_function(facts, func, names, call):
+                continue
+            if _managed_by_enclosing(facts, func, names) or _managed_by_caller(facts, func, names):
+                continue
+            gap = gaps.get(func)
+            if gap is None:
+                gaps[func] = EvalGap(func, region, call, [module])
+                continue
+            gap.calls.append(call)
+            if module not in gap.modules:
+                gap.modules.append(module)
+    result = sorted(gaps.values(), key=lambda g: pos(g.call))
+    facts.__dict__["_gf104_gaps"] = result
+    return result
+
+
+# -- fixes: statements inserted into a block ----------------------------------------------
+
+
+def body_start(stmts: list[ast.stmt]) -> ast.stmt:
+    """The first statement of a body after its docstring (the body itself if only a docstring)."""
+    first = stmts[0]
+    if (
+        len(stmts) > 1
+        and isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return stmts[1]
+    return first
+
+
+def insert_before(ctx, target: cst.BaseStatement, new: list[cst.BaseStatement]):
+    """Edits that put ``new`` right before ``target`` (touching the smallest statement)."""
+    from gradfix.fixer import Edit, FixError
+
+    parent = ctx.parent(target)
+    if not isinstance(parent, (cst.IndentedBlock, cst.Module)):
+        raise FixError("the statement is not in an indented block")
+    body = list(parent.body)
+    index = next(i for i, s in enumerate(body) if s is target)
+    if index > 0 and isinstance(body[index - 1], cst.SimpleStatementLine):
+        previous = body[index - 1]
+        return [Edit(previous, cst.FlattenSentinel([previous, *new]))]
+    return [Edit(target, cst.FlattenSentinel([*new, target]))]
+
+
+def statement_at(ctx, span) -> cst.BaseStatement:
+    return ctx.node_at(span, cst.BaseStatement)
+
+
+def unused_name(facts: FileFacts, func, base: str) -> str:
+    taken = set(facts.scope_of_node[func].locals) if func in facts.scope_of_node else set()
+    taken |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name)}
+    name, i = base, 1
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    return name
+
+
+class NoGradWithoutEval(Rule):
+    """
+    ## What it does
+    Finds evaluation code: a module called inside `torch.no_grad()` (or `inference_mode()`,
+    `set_grad_enabled(False)`, or a function decorated with one of them), in a function that
+    never calls `.backward()`, with no `<module>.eval()` before it in that function or in an
+    enclosing function or caller. It fires only when the same file trains that module (calls
+    `.train()` on it, or calls it in a function that runs `.backward()`/`optimizer.step()`),
+    so the module really is in training mode when the evaluation runs. Functions whose caller
+    owns the mode (`forward`, `validation_step`/`test_step`/`predict_step` and other `*_step`
+    functions, `on_*` hooks, LightningModule methods) are left alone.
+
+    ## Why is this bad?
+    `no_grad` only stops graph recording; it does not change how layers behave. `model.eval()`
+    is what switches dropout off and makes batch-norm use its running statistics (and stop
+    updating them). Without it, the reported metrics are noisy (dropout is still on) and
+    every evaluation batch silently overwrites the batch-norm statistics the model will be
+    saved with. The converse holds too: `model.eval()` does not disable grad (pinned in
+    `tests/facts/test_gf104_facts.py`).
+
+    ## Example
+    ```python
+    def evaluate(model, loader):
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+    ```
+
+    ## Use instead
+    ```python
+    def evaluate(model, loader):
+        model.eval()
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+    ```
+
+    ## Fix safety
+    Unsafe: the fix changes what the evaluation computes (dropout off, batch-norm uses and
+    no longer updates its running statistics), and the module stays in eval mode after the
+    function returns, so training code that does not call `.train()` would then train in eval
+    mode. GF105 (train-without-train-mode) inserts that `.train()`; enable both. Option
+    `style = "restore"` saves `<module>.training` first and restores it with
+    `<module>.train(was_training)` in a `finally`, so callers keep their mode.
+    """
+
+    code = "GF104"
+    name = "no-grad-without-eval"
+    summary = "Module evaluated under no_grad without .eval()"
+    fix_safety = FixSafety.UNSAFE
+    triggers = (".train(", "backward", ".step(")
+    options = (
+        Option(
+            "style",
+            ("insert", "restore"),
+            "insert: `<module>.eval()` before the region; restore: also restore the caller's mode in a `finally`",
+        ),
+    )
+
+    _TRAIN = (
+        "def train(model, loader, opt):\n"
+        "    model.train()\n"
+        "    for x, y in loader:\n"
+        "        opt.zero_grad()\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n"
+    )
+
+    VALID = [
+        # already calls .eval() before the region
+        Valid("import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"),
+        # the enclosing function calls .eval() before calling the inner one
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef run(model, x):\n    def inner():\n        with torch.no_grad():\n"
+            "            return model(x)\n    model.eval()\n    return inner()\n"
+        ),
+        # the caller puts the model into eval mode first
+        Valid("import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n\nmodel.eval()\nevaluate(model, x)\n"),
+        # a training function (frozen teacher under no_grad)
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef distil(model, teacher, x, opt):\n    with torch.no_grad():\n        t = teacher(x)\n"
+            "    loss = (model(x) - t).pow(2).mean()\n    loss.backward()\n    opt.step()\n"
+        ),
+        # the file never trains or switches the module: the caller owns the mode
+        Valid("import torch\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"),
+        # a framework hook / forward
+        Valid("import torch\n" + _TRAIN + "\ndef validation_step(model, x):\n    with torch.no_grad():\n        return model(x)\n"),
+        # a function, not a module (the criterion is called in training but never optimised)
+        Valid(
+            "import torch\ndef fit(model, crit, x, y, opt):\n    model.train()\n    crit(model(x), y).backward()\n"
+            "    opt.step()\n\ndef score(preds, crit, y):\n    with torch.no_grad():\n        return crit(preds, y)\n"
+        ),
+        # a manual weight update under no_grad is not evaluation
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef sgd(model, lr):\n    with torch.no_grad():\n        for p in model.parameters():\n"
+            "            p.sub_(lr * p.grad)\n"
+        ),
+        # conditional region, a local named torch
+        Valid("import torch, contextlib\n" + _TRAIN + "\ndef ev(model, x, frozen):\n    with torch.no_grad() if frozen else contextlib.nullcontext():\n        return model(x)\n"),
+        Valid(_TRAIN + "\ndef ev(model, x, torch):\n    with torch.no_grad():\n        return model(x)\n"),
+        # batch-norm recalibration runs train mode under no_grad on purpose
+        Valid("import torch\n" + _TRAIN + "\n@torch.no_grad()\ndef update_bn(loader, model):\n    for x in loader:\n        model(x)\n"),
+        # suppressed on the with line
+        Valid("import torch\n" + _TRAIN + "\ndef ev(model, x):\n    with torch.no_grad():  # noqa: GF104\n        return model(x)\n"),
+        # submodule switched by hand: the author manages modes
+        Valid("import torch\n" + _TRAIN + "\ndef ev(model, x):\n    model.encoder.eval()\n    with torch.no_grad():\n        return model(x)\n"),
+    ]
+    INVALID = [
+        # the enclosing function sets *train* mode before running the nested evaluation
+        Invalid(
+            "import torch\n" + _TRAIN + "\ndef fit(model, x):\n    model.train()\n    def val():\n        with torch.no_grad():\n"
+            "            return model(x)\n    return val()\n",
+            "import torch\n" + _TRAIN + "\ndef fit(model, x):\n    model.train()\n    def val():\n        model.eval()\n"
+            "        with torch.no_grad():\n            return model(x)\n    return val()\n",
+        ),
+        # two regions in two branches: one eval() before the statement holding both
+        Invalid(
+            "import torch\n" + _TRAIN + "\ndef ev(model, x, fast):\n    if fast:\n        with torch.no_grad():\n            return model(x)\n"
+            "    else:\n        with torch.no_grad():\n            return model(x) + 1\n",
+            "import torch\n" + _TRAIN + "\ndef ev(model, x, fast):\n    model.eval()\n    if fast:\n        with torch.no_grad():\n            return model(x)\n"
+            "    else:\n        with torch.no_grad():\n            return model(x) + 1\n",
+        ),
+        Invalid(
+            "import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n    out = []\n    with torch.no_grad():  # eval\n        out.append(model(x))\n    return out\n",
+            "import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n    out = []\n    model.eval()\n    with torch.no_grad():  # eval\n        out.append(model(x))\n    return out\n",
+        ),
+        Invalid(
+            "import torch as T\n" + _TRAIN + '\n@T.no_grad()\ndef evaluate(model, x):\n    """Score."""\n    return model(x)\n',
+            "import torch as T\n" + _TRAIN + '\n@T.no_grad()\ndef evaluate(model, x):\n    """Score."""\n    model.eval()\n    return model(x)\n',
+        ),
+        Invalid(
+            "from torch.autograd.grad_mode import no_grad\n" + _TRAIN + "\ndef evaluate(model, x):\n    with no_grad():\n        return model.encoder(x)\n",
+            "from torch.autograd.grad_mode import no_grad\n" + _TRAIN + "\ndef evaluate(model, x):\n    model.eval()\n    with no_grad():\n        return model.encoder(x)\n",
+        ),
+        Invalid(
+            "import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n    with torch.inference_mode():\n        return model(x)\n",
+            "import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n"
+            "    was_training = model.training\n    model.eval()\n    try:\n        with torch.inference_mode():\n            return model(x)\n"
+            "    finally:\n        model.train(was_training)\n",
+            options={"style": "restore"},
+        ),
+        Invalid(
+            "import torch\n" + _TRAIN + "\n@torch.no_grad\ndef evaluate(model, x):\n    y = model(x)\n    return y\n",
+            "import torch\n" + _TRAIN + "\n@torch.no_grad\ndef evaluate(model, x):\n"
+            "    was_training = model.training\n    model.eval()\n    try:\n        y = model(x)\n        return y\n"
+            "    finally:\n        model.train(was_training)\n",
+            options={"style": "restore"},
+        ),
+    ]
+
+    def check(self, facts):
+        for gap in evaluation_gaps(facts):
+            region = gap.region
+            names = ", ".join(f"`{m}`" for m in gap.modules)
+            evals = "; ".join(f"`{m}.eval()`" for m in gap.modules)
+            where = f"`{facts.segment(region.expr)}`" + (" (decorator)" if region.kind == "decorator" else "")
+            if self.opts.get("style") == "restore":
+                consequence = (
+                    f"saves the mode, inserts {evals} and restores the mode in a `finally`: evaluation results "
+                    f"change (dropout off, batch-norm uses and no longer updates its running statistics)"
+                )
+            else:
+                consequence = (
+                    f"inserts {evals}: evaluation results change (dropout off, batch-norm uses and no longer "
+                    f"updates its running statistics), and the module stays in eval mode afterwards, so later "
+                    f"training must call `.train()` again (GF105 inserts it)"
+                )
+            message = (
+                f"{names} is evaluated under {where} without {evals}: disabling grad does not switch dropout "
+                f"off or freeze batch-norm, and this file trains {names}. Fix (unsafe) {consequence}"
+            )
+            if region.kind == "decorator":
+                target, last = body_start(gap.func.body), gap.func.body[-1]
+                anchors = [gap.func, region.expr.lineno]
+            else:
+                target, last = _wrap_range(facts, gap)
+                anchors = [region.owner]
+            if len(gap.modules) == 1:
+                flags = (unused_name(facts, gap.func, "was_training"),)
+            else:
+                flags = tuple(unused_name(facts, gap.func, f"{m.rsplit('.', 1)[-1]}_was_training") for m in gap.modules)
+            data = (tuple(gap.modules), facts.span(target), facts.span(last), flags)
+            yield self.report(facts, gap.call, message, anchors=anchors, data=data)
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit, FixError
+
+        modules, target_span, last_span, flags = finding.data
+        target = statement_at(ctx, target_span)
+        evals = [ctx.statement(f"{m}.eval()\n") for m in modules]
+        if self.opts.get("style") != "restore":
+            return insert_before(ctx, target, evals)
+        saves = [ctx.statement(f"{f} = {m}.training\n") for f, m in zip(flags, modules)]
+        restores = [ctx.statement(f"{m}.train({f})\n") for f, m in zip(flags, modules)]
+        parent = ctx.parent(target)
+        last = statement_at(ctx, last_span)
+        if not isinstance(parent, cst.IndentedBlock) or ctx.parent(last) is not parent:
+            raise FixError("the region is not in an indented block")
+        body = list(parent.body)
+        start = next(i for i, s in enumerate(body) if s is target)
+        stop = next(i for i, s in enumerate(body) if s is last) + 1
+        wrapped = body[start:stop]
+        moved = [wrapped[0].with_changes(leading_lines=[]), *wrapped[1:]]
+        attempt = cst.Try(
+            body=cst.IndentedBlock(body=moved),
+            finalbody=cst.Finally(body=cst.IndentedBlock(body=restores)),
+        )
+        new = [*saves, *evals, attempt]
+        new[0] = new[0].with_changes(leading_lines=wrapped[0].leading_lines)
+        if len(wrapped) == 1:
+            return [Edit(target, cst.FlattenSentinel(new))]
+        return [Edit(parent, parent.with_changes(body=[*body[:start], *new, *body[stop:]]))]
+
+    @staticmethod
+    def contract():
+        # gradfix verify: evaluation passes become repeatable (dropout off) and leave
+        # batch-norm statistics alone; grad mode and exceptions unchanged.
+        from gradfix.verify.contract import Contract, ForwardMode, RepeatableCalls
+
+        return Contract(
+            "evaluation runs in eval mode: repeatable outputs, batch-norm stats untouched",
+            may_differ=("*: returned*", "*: state *", "*: training *", "*: forwards"),
+            expect=(RepeatableCalls("eval"), ForwardMode("eval", "training", False)),
+            downstream=True,
+            keep=("*: grad mode after", "exception"),
+        )
+
+
+def _wrap_range(facts: FileFacts, gap: EvalGap) -> tuple[ast.stmt, ast.stmt]:
+    """First and last statement of one block that together hold every flagged call.
+
+    Usually the `with` itself; two regions (say in two branches) give the innermost statement
+    holding both, or a run of sibling statements of the function body.
+    """
+    owner = gap.region.owner
+    if all(is_descendant(facts, c, owner) for c in gap.calls):
+        return owner, owner
+    node = facts.parents.get(gap.call)
+    while node is not None and node is not gap.func:
+        if isinstance(node, ast.stmt) and all(is_descendant(facts, c, node) for c in gap.calls):
+            return node, node
+        node = facts.parents.get(node)
+    children = [s for s in gap.func.body if any(is_descendant(facts, c, s) for c in gap.calls)]
+    return children[0], children[-1]

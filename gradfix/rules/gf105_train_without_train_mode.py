@@ -1,0 +1,451 @@
+"""GF105 train-without-train-mode."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from gradfix.facts import FileFacts, dotted_name
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rules.gf104_no_grad_without_eval import (
+    CALLER_OWNS_MODE,
+    EVALISH,
+    body_start,
+    calls_backward,
+    covers,
+    evaluation_gaps,
+    forward_target,
+    insert_before,
+    is_descendant,
+    is_optimizer_step,
+    own_calls,
+    own_loops_around,
+    own_switches,
+    pos,
+    related,
+    statement_at,
+    _lightning_method,
+)
+
+
+@dataclass(frozen=True)
+class ModeItem:
+    """Something in a scope that sets a module's mode: ``train`` (w), ``eval`` or ``evalcall``."""
+
+    node: ast.AST
+    kind: str
+    order: int = 1  # 0 for a planned insertion: it runs before a statement at the same spot
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (*pos(self.node), self.order)
+
+
+def _function_named(facts: FileFacts, name: str):
+    return [f for f in facts.functions if f.name == name]
+
+
+def _callee_name(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _names_inside(facts: FileFacts, func, call: ast.Call, names: set[str]) -> set[str]:
+    """Names that mean the module inside ``func`` when ``call`` passes it as an argument."""
+    inside = set(names)
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+        params = params[1:]
+    for index, arg in enumerate(call.args):
+        name = dotted_name(arg)
+        if name and index < len(params) and any(related(name, n) for n in names):
+            inside.add(params[index])
+    for kw in call.keywords:
+        name = dotted_name(kw.value)
+        if name and kw.arg and any(related(name, n) for n in names):
+            inside.add(kw.arg)
+    return inside
+
+
+def _leaves_eval(facts: FileFacts, func, names: set[str]) -> bool:
+    """Calling ``func`` leaves one of ``names`` in eval mode (its last switch is `.eval()`)."""
+    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
+    if mine:
+        return max(mine, key=lambda s: pos(s.call)).mode == "eval"
+    return any(g.func is func and any(covers(m, n) for m in g.modules for n in names) for g in evaluation_gaps(facts))
+
+
+def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
+    """Mode switches of the module called ``names`` in ``scope``, in source order."""
+    items = []
+    for s in own_switches(facts, scope):
+        if any(covers(s.receiver, n) for n in names):
+            items.append(ModeItem(s.call, "eval" if s.mode == "eval" else "train"))
+    switch_calls = {id(i.node) for i in items}
+    for call in own_calls(facts, scope):
+        if id(call) in switch_calls:
+            continue
+        callee = _callee_name(call)
+        if callee is None:
+            continue
+        defined = _function_named(facts, callee)
+        if defined:
+            if any(_leaves_eval(facts, f, _names_inside(facts, f, call, names)) for f in defined if f is not scope):
+                items.append(ModeItem(call, "evalcall"))
+        elif EVALISH.search(callee):
+            passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
+            if any(related(p, n) for p in passed for n in names):
+                items.append(ModeItem(call, "evalcall"))
+    return sorted(items, key=lambda i: i.key)
+
+
+def _covered(facts, scope, point: ast.AST, items: list[ModeItem], entry_train: bool, point_key=None) -> bool:
+    """Whether the module is in train mode at ``point``, following loops around it."""
+    key = point_key or (*pos(point), 1)
+    loops = own_loops_around(facts, point, scope)
+    container = loops[0] if loops else None
+    inside = [i for i in items if container is None or is_descendant(facts, i.node, container)]
+    before = [i for i in inside if i.key < key]
+    if before:
+        return before[-1].kind == "train"
+    if container is None:
+        return entry_train
+    after = [i for i in inside if i.key > key]
+    if after and after[-1].kind != "train":
+        return False  # the previous iteration ends in eval mode
+    return _covered(facts, scope, container, items, entry_train)
+
+
+def _all_covered(facts, scope, uses, items, entry_train) -> bool:
+    return all(_covered(facts, scope, u, items, entry_train) for u in uses)
+
+
+@dataclass
+class Plan:
+    outcome: str  # "ok", "silent", "insert", "nofix"
+    target: ast.stmt | None = None
+    in_loop: ast.AST | None = None
+
+
+def plan_train_insertion(facts: FileFacts, scope, uses: list[ast.AST], items: list[ModeItem]) -> Plan:
+    entry_train = scope is None  # a fresh module trains; a function inherits its caller's mode
+    if _all_covered(facts, scope, uses, items, entry_train):
+        return Plan("ok")
+    events = [i for i in items if i.kind != "train"]
+    first_use = min(uses, key=pos)
+    # A `.train()` inside a loop around every step: the author switches modes per iteration
+    # (`if phase == "train": model.train() else: model.eval()`); not ours to second-guess.
+    for w in items:
+        if w.kind == "train" and any(
+            all(is_descendant(facts, u, loop) for u in uses) for loop in own_loops_around(facts, w.node, scope)
+        ):
+            return Plan("silent")
+    # A direct `.eval()` before the training, outside any loop around it: eval-mode training on
+    # purpose (frozen batch-norm fine-tuning) or at least not ours to undo.
+    for e in events:
+        if e.kind == "eval" and e.key < (*pos(first_use), 1):
+            e_loops = set(map(id, own_loops_around(facts, e.node, scope)))
+            if not any(e_loops & set(map(id, own_loops_around(facts, u, scope))) for u in uses):
+                return Plan("silent")
+    loop = None
+    for candidate in own_loops_around(facts, first_use, scope):
+        if all(is_descendant(facts, u, candidate) for u in uses) and any(
+            is_descendant(facts, e.node, candidate) for e in events
+        ):
+            loop = candidate
+            break
+    if loop is None:
+        if scope is None:
+            return Plan("nofix")
+        body = scope.body
+        target = body_start(body)
+    else:
+        body = loop.body
+        target = body[0]
+    first_child = next(c for c in body if any(is_descendant(facts, u, c) for u in uses))
+    preceding = [e for e in events if e.key < (*pos(first_child), 1) and any(is_descendant(facts, e.node, c) for c in body)]
+    if any(e.kind == "eval" for e in preceding):
+        return Plan("silent")
+    if preceding:
+        target = first_child
+    planned = sorted([*items, ModeItem(target, "train", 0)], key=lambda i: i.key)
+    if not _all_covered(facts, scope, uses, planned, entry_train):
+        return Plan("nofix")
+    return Plan("insert", target, loop)
+
+
+def _leaking_evals(facts: FileFacts) -> dict[str, list[int]]:
+    """Module name -> lines where the file leaves it in eval mode (GF104's fix included)."""
+    out: dict[str, list[int]] = {}
+    scopes = [None, *facts.functions]
+    for scope in scopes:
+        mine = own_switches(facts, scope)
+        for s in mine:
+            if s.mode != "eval":
+                continue
+            restored = any(t.mode != "eval" and related(t.receiver, s.receiver) and pos(t.call) > pos(s.call) for t in mine)
+            if not restored:
+                out.setdefault(s.receiver, []).append(s.call.lineno)
+    for gap in evaluation_gaps(facts):
+        for m in gap.modules:
+            out.setdefault(m, []).append(gap.region.owner.lineno if gap.region.kind == "with" else gap.func.lineno)
+    return out
+
+
+class TrainWithoutTrainMode(Rule):
+    """
+    ## What it does
+    Finds a training function (it calls `.backward()` and `optimizer.step()`) that runs a
+    module the same file puts into eval mode elsewhere (`model.eval()`, or an evaluation
+    under `no_grad` that GF104 fixes), without calling `<module>.train()` where every training
+    step is reached after it: in the function, or inside the epoch loop when the loop
+    evaluates (`for epoch …: train steps …; evaluate(model)`).
+
+    ## Why is this bad?
+    `.eval()` sticks: after the first evaluation every later training step runs with dropout
+    off and with batch-norm using (and no longer updating) its running statistics. Training
+    still "works", so nothing fails; the model just trains worse from epoch 2 on. The usual
+    form is a `model.train()` once before the epoch loop and an evaluation inside it.
+
+    ## Example
+    ```python
+    def fit(model, loader, opt, epochs):
+        model.train()
+        for epoch in range(epochs):
+            for x, y in loader:
+                opt.zero_grad()
+                loss_fn(model(x), y).backward()
+                opt.step()
+            evaluate(model)  # calls model.eval()
+    ```
+
+    ## Use instead
+    ```python
+    def fit(model, loader, opt, epochs):
+        model.train()
+        for epoch in range(epochs):
+            model.train()
+            for x, y in loader:
+                opt.zero_grad()
+                loss_fn(model(x), y).backward()
+                opt.step()
+            evaluate(model)  # calls model.eval()
+    ```
+
+    ## Fix safety
+    Unsafe: the training steps run in train mode afterwards (dropout on, batch-norm updates
+    its statistics), which is the intent, but changes results. It inserts `<module>.train()`
+    at the start of the function when the function is one epoch, or at the start of the epoch
+    loop's body when the loop also evaluates. A module deliberately kept in eval mode while
+    training (frozen batch-norm: `model.eval()` before the loop, or a submodule's `.eval()`)
+    is not reported, or reported without a fix.
+    """
+
+    code = "GF105"
+    name = "train-without-train-mode"
+    summary = "Training steps may run in eval mode (no .train() after an .eval())"
+    fix_safety = FixSafety.UNSAFE
+    triggers = ("backward",)
+
+    _EVAL = "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"
+
+    VALID = [
+        # train() at the start of the one-epoch function
+        Valid(
+            "import torch\ndef train(model, loader, opt):\n    model.train()\n    for x in loader:\n"
+            "        model(x).sum().backward()\n        opt.step()\n" + _EVAL
+        ),
+        # train() at the start of the epoch loop that evaluates
+        Valid(
+            "import torch\ndef fit(model, loader, opt):\n    for epoch in range(3):\n        model.train()\n        for x in loader:\n"
+            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n" + _EVAL
+        ),
+        # the file never puts the model into eval mode
+        Valid("import torch\ndef train(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n"),
+        # evaluation restores the mode
+        Valid(
+            "import torch\ndef train(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n"
+            "\ndef evaluate(model, x):\n    was = model.training\n    model.eval()\n    try:\n        with torch.no_grad():\n"
+            "            return model(x)\n    finally:\n        model.train(was)\n"
+        ),
+        # eval-mode training on purpose: frozen batch-norm fine-tuning
+        Valid(
+            "import torch\ndef finetune(model, loader, opt):\n    model.eval()  # keep BN statistics frozen\n    for x in loader:\n"
+            "        model(x).sum().backward()\n        opt.step()\n"
+        ),
+        # the transfer-learning tutorial: the mode is switched per phase inside the epoch loop
+        Valid(
+            "import torch\ndef train_model(model, opt, loaders):\n    for epoch in range(3):\n        for phase in ['train', 'val']:\n"
+            "            if phase == 'train':\n                model.train()\n            else:\n                model.eval()\n"
+            "            for x in loaders[phase]:\n                with torch.set_grad_enabled(phase == 'train'):\n"
+            "                    loss = model(x).sum()\n                    if phase == 'train':\n                        loss.backward()\n"
+            "                        opt.step()\n"
+        ),
+        # the caller owns the mode and sets it right
+        Valid(
+            "import torch\ndef train_epoch(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n"
+            + _EVAL
+            + "\nfor epoch in range(3):\n    model.train()\n    train_epoch(model, loader, opt)\n    evaluate(model, x)\n"
+        ),
+    ]
+    INVALID = [
+        # one-epoch function: insert at its start (after the docstring)
+        Invalid(
+            'import torch\ndef train(model, loader, opt):\n    """One epoch."""\n    for x in loader:\n'
+            "        model(x).sum().backward()\n        opt.step()\n" + _EVAL,
+            'import torch\ndef train(model, loader, opt):\n    """One epoch."""\n    model.train()\n    for x in loader:\n'
+            "        model(x).sum().backward()\n        opt.step()\n" + _EVAL,
+        ),
+        # a train() before the loop is not enough when the loop evaluates
+        Invalid(
+            "import torch\ndef fit(model, loader, opt):\n    model.train()\n    for epoch in range(3):\n        # epoch\n        for x in loader:\n"
+            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n" + _EVAL,
+            "import torch\ndef fit(model, loader, opt):\n    model.train()\n    for epoch in range(3):\n        model.train()\n        # epoch\n        for x in loader:\n"
+            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n" + _EVAL,
+        ),
+        # inline validation in a module-level script loop
+        Invalid(
+            "import torch as T\nfor epoch in range(3):\n    for x in loader:\n        opt.zero_grad()\n        model(x).sum().backward()\n        opt.step()\n"
+            "    model.eval()\n    with T.no_grad():\n        print(model(x))\n",
+            "import torch as T\nfor epoch in range(3):\n    model.train()\n    for x in loader:\n        opt.zero_grad()\n        model(x).sum().backward()\n        opt.step()\n"
+            "    model.eval()\n    with T.no_grad():\n        print(model(x))\n",
+        ),
+        # the evaluation is GF104's: once it calls eval(), epoch 2 trains in eval mode
+        Invalid(
+            "import torch\ndef fit(model, loader, opt):\n    for epoch in range(3):\n        for x in loader:\n"
+            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n"
+            "\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"
+            "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+            "import torch\ndef fit(model, loader, opt):\n    for epoch in range(3):\n        model.train()\n        for x in loader:\n"
+            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n"
+            "\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"
+            "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ),
+        # the evaluation happens between steps of one loop: reset the mode every step
+        Invalid(
+            "import torch\ndef train(model, loader, opt):\n    model.train()\n    for i, x in enumerate(loader):\n"
+            "        model(x).sum().backward()\n        opt.step()\n        if i % 100 == 0:\n            evaluate(model, x)\n" + _EVAL,
+            "import torch\ndef train(model, loader, opt):\n    model.train()\n    for i, x in enumerate(loader):\n        model.train()\n"
+            "        model(x).sum().backward()\n        opt.step()\n        if i % 100 == 0:\n            evaluate(model, x)\n" + _EVAL,
+        ),
+        # a submodule frozen by hand: reported, not fixed
+        Invalid(
+            "import torch\ndef fit(model, loader, opt):\n    model.backbone.eval()\n    for x in loader:\n"
+            "        model(x).sum().backward()\n        opt.step()\n" + _EVAL,
+            None,
+        ),
+    ]
+
+    def check(self, facts):
+        evaluated = _leaking_evals(facts)
+        if not evaluated:
+            return
+        for scope in [None, *facts.functions]:
+            yield from self._check_scope(facts, scope, evaluated)
+
+    def _check_scope(self, facts, scope, evaluated):
+        if scope is not None and (CALLER_OWNS_MODE.match(scope.name) or _lightning_method(facts, scope)):
+            return
+        steps = [c for c in own_calls(facts, scope) if is_optimizer_step(c)]
+        if not steps:
+            return
+        nested = [f for f in facts.functions if facts.function_of.get(f) is scope] if scope is not None else []
+        if not (calls_backward(facts, scope) or any(calls_backward(facts, f) for f in nested)):
+            return
+        uses_by_module: dict[str, list[ast.AST]] = {}
+        for call in own_calls(facts, scope):
+            target = forward_target(facts, call)
+            if target and target.endswith(".forward"):
+                target = target[: -len(".forward")]
+            if target in evaluated and facts.grad_mode_at(call) != "disabled":
+                uses_by_module.setdefault(target, []).append(call)
+        for f in nested:  # an LBFGS closure: the forward runs inside optimizer.step(closure)
+            for call in own_calls(facts, f):
+                target = forward_target(facts, call)
+                if target in evaluated and target not in uses_by_module:
+                    uses_by_module[target] = list(steps)
+        findings: dict[tuple, list[str]] = {}
+        notes: dict[tuple, tuple] = {}
+        for module, uses in uses_by_module.items():
+            items = mode_items(facts, scope, {module})
+            if self._caller_sets_mode(facts, scope, module):
+                continue
+            frozen = [
+                s for s in own_switches(facts, scope) if s.mode == "eval" and s.receiver.startswith(module + ".")
+            ]
+            plan = plan_train_insertion(facts, scope, uses, items)
+            if plan.outcome in ("ok", "silent"):
+                continue
+            first = min(uses, key=pos)
+            if frozen or plan.outcome == "nofix":
+                key = ("nofix", module)
+            else:
+                key = (plan.target.lineno, plan.target.col_offset)
+                notes[key] = (facts.span(plan.target), plan.in_loop is not None)
+            findings.setdefault(key, []).append(module)
+            notes.setdefault(("first", key), (first, frozen))
+        for key, modules in findings.items():
+            first, frozen = notes[("first", key)]
+            where = f"`{scope.name}`" if scope is not None else "this training loop"
+            names = ", ".join(f"`{m}`" for m in modules)
+            lines = sorted({l for m in modules for l in evaluated[m]})
+            line_text = ", ".join(map(str, lines[:3]))
+            head = (
+                f"{where} trains {names} without `.train()` before every training step, but this file puts it into "
+                f"eval mode ({'line' if len(lines) == 1 else 'lines'} {line_text}): later steps then train with dropout off and batch-norm statistics frozen"
+            )
+            anchors = [scope] if scope is not None else []
+            if key[0] == "nofix":
+                reason = (
+                    f"; a submodule is switched to eval here on purpose (line {frozen[0].call.lineno}), so no fix is offered"
+                    if frozen
+                    else "; no single place for `.train()` covers every step, so no fix is offered"
+                )
+                yield self.report(facts, first, head + reason, fix=False, anchors=anchors)
+                continue
+            span, in_loop = notes[key]
+            spot = "at the start of the epoch loop's body" if in_loop else "at the start of the function"
+            message = (
+                f"{head}. Fix (unsafe) inserts {'; '.join(f'`{m}.train()`' for m in modules)} {spot}: steps run in "
+                f"training mode, which changes results if eval-mode training was intended"
+            )
+            yield self.report(facts, first, message, anchors=anchors, data=(tuple(modules), span))
+
+    @staticmethod
+    def _caller_sets_mode(facts, scope, module) -> bool:
+        """A call site elsewhere in the file sets train mode right before calling ``scope``."""
+        if scope is None:
+            return False
+        for call in facts.calls:
+            if _callee_name(call) != scope.name or facts.function_of.get(call) is scope:
+                continue
+            caller = facts.function_of.get(call)
+            passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
+            names = {module} | {p for p in passed if p}
+            items = mode_items(facts, caller, names)
+            if any(i.kind == "train" for i in items) and _all_covered(facts, caller, [call], items, caller is None):
+                return True
+        return False
+
+    def fix(self, finding, ctx):
+        modules, span = finding.data
+        target = statement_at(ctx, span)
+        return insert_before(ctx, target, [ctx.statement(f"{m}.train()\n") for m in modules])
+
+    @staticmethod
+    def contract():
+        # gradfix verify: every forward of the training function runs in training mode.
+        from gradfix.verify.contract import Contract, ForwardMode
+
+        return Contract(
+            "every training step runs in training mode",
+            may_differ=("*: forwards", "*: training *"),
+            expect=(ForwardMode("train", "training", True),),
+            downstream=True,
+            keep=("*: grad mode after", "exception"),
+        )

@@ -1,0 +1,106 @@
+"""PyTorch facts GF104 (no-grad-without-eval) relies on, checked on real torch (CPU)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+def _net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Dropout(0.5), nn.Linear(16, 1))
+
+
+def test_eval_does_not_disable_grad():
+    """rules.md: `model.eval()` changes dropout / batch-norm only; grad is still recorded."""
+    model = _net().eval()
+    x = torch.randn(4, 8)
+    y = model(x)
+    assert torch.is_grad_enabled()
+    assert y.requires_grad and y.grad_fn is not None
+    y.sum().backward()
+    assert model[0].weight.grad is not None
+
+
+def test_no_grad_does_not_switch_dropout_off():
+    """The bug GF104 fixes: under no_grad alone, dropout is still random."""
+    model = _net()
+    x = torch.randn(64, 8)
+    with torch.no_grad():
+        a, b = model(x), model(x)
+    assert not torch.equal(a, b)
+    assert model.training
+
+
+def test_eval_makes_dropout_deterministic():
+    model = _net()
+    x = torch.randn(64, 8)
+    drop = nn.Dropout(0.5)
+    ones = torch.ones(1000)
+    assert not torch.equal(drop(ones), drop(ones))  # train mode: two passes differ
+    drop.eval()
+    assert torch.equal(drop(ones), ones)  # eval mode: identity
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x), model(x))
+
+
+def test_no_grad_still_updates_batch_norm_statistics():
+    """Evaluating in train mode under no_grad overwrites the running statistics."""
+    bn = nn.BatchNorm1d(4)
+    before = bn.running_mean.clone(), bn.num_batches_tracked.clone()
+    with torch.no_grad():
+        bn(torch.randn(32, 4) + 3.0)
+    assert not torch.equal(bn.running_mean, before[0])
+    assert bn.num_batches_tracked.item() == before[1].item() + 1
+
+
+def test_eval_freezes_and_uses_batch_norm_statistics():
+    bn = nn.BatchNorm1d(4)
+    bn.eval()
+    mean, count = bn.running_mean.clone(), bn.num_batches_tracked.clone()
+    x = torch.randn(32, 4) + 3.0
+    out = bn(x)
+    assert torch.equal(bn.running_mean, mean) and torch.equal(bn.num_batches_tracked, count)
+    # eval uses the running statistics (mean 0, var 1 at init): output is x itself, not normalised
+    assert torch.allclose(out, x / torch.sqrt(torch.tensor(1.0 + bn.eps)))
+
+
+def test_eval_is_recursive_so_parent_eval_covers_submodules():
+    """`model.eval()` covers `model.encoder(x)`: the fix switches the parent name."""
+    model = nn.Module()
+    model.encoder = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+    model.eval()
+    assert not model.encoder.training and not model.encoder[1].training
+
+
+def test_train_was_training_restores_the_callers_mode():
+    """The `restore` style: `model.train(model_was_training)` puts back either mode."""
+    for start in (True, False):
+        model = _net().train(start)
+        was_training = model.training
+        model.eval()
+        try:
+            assert not any(m.training for m in model.modules())
+        finally:
+            model.train(was_training)
+        assert all(m.training == start for m in model.modules())
+
+
+def test_eval_stays_after_the_function_returns():
+    """Why GF104's `insert` fix is unsafe and GF105 exists: the mode is not scoped."""
+    model = _net()
+
+    def evaluate(m):
+        m.eval()
+        with torch.no_grad():
+            return m(torch.randn(4, 8))
+
+    evaluate(model)
+    assert not model.training
+
+
+def test_train_false_is_eval():
+    model = _net()
+    model.train(False)
+    assert not model.training and not model[2].training

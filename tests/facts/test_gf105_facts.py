@@ -1,0 +1,137 @@
+"""PyTorch facts GF105 (train-without-train-mode) relies on, and the GF104+GF105 interplay
+checked by running the rewritten code on real torch (CPU)."""
+
+from pathlib import Path
+
+import pytest
+
+from gradfix import Settings, check, fix
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+def test_training_after_eval_runs_in_eval_mode():
+    """`.eval()` sticks: backward + step work, but dropout is off and BN stats are frozen."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.eval()
+    stats = model[1].running_mean.clone()
+    x = torch.randn(16, 4)
+    a = model(x)
+    a.sum().backward()
+    opt.step()
+    assert not model.training
+    assert torch.equal(model[1].running_mean, stats)  # frozen, not updated
+    with torch.no_grad():
+        assert torch.equal(model(x), model(x))  # dropout off
+    model.train()
+    model(x)
+    assert not torch.equal(model[1].running_mean, stats)  # train() resumes updates
+    with torch.no_grad():
+        assert not torch.equal(model(x), model(x))  # dropout back on
+
+
+# A file both rules fire on: evaluate() lacks eval(), fit() never calls train() in its loop.
+SCRIPT = '''\
+import torch
+import torch.nn as nn
+
+MODES = []
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Dropout(0.3), nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def evaluate(model, data):
+    with torch.no_grad():
+        return sum((model(x).argmax(1) == y).sum().item() for x, y in data)
+
+
+def train_one_epoch(model, data, optimizer):
+    for x, y in data:
+        optimizer.zero_grad()
+        MODES.append(("step", model.training))
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def fit(model, data, optimizer, epochs):
+    for epoch in range(epochs):
+        for x, y in data:
+            optimizer.zero_grad()
+            MODES.append(("fit", model.training))
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+        MODES.append(("eval", evaluate(model, data)))
+
+
+def main():
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(2)]
+    fit(model, data, optimizer, epochs=3)
+    for _ in range(2):
+        train_one_epoch(model, data, optimizer)
+        evaluate(model, data)
+    model.train()
+'''
+
+
+def _run(source: str) -> list:
+    namespace: dict = {"__name__": "gradfix_interplay"}
+    exec(compile(source, "<interplay>", "exec"), namespace)
+    namespace["main"]()
+    return namespace["MODES"]
+
+
+def _both(style: str = "insert") -> Settings:
+    return Settings(select=("GF104", "GF105"), unsafe_fixes=True, rule_options={"GF104": {"style": style}})
+
+
+def test_interplay_script_really_evaluates_in_train_mode_today():
+    steps = [training for kind, training in _run(SCRIPT) if kind in ("step", "fit")]
+    assert steps and all(steps)  # nothing ever calls eval(): the GF104 bug
+
+
+@pytest.mark.parametrize("style", ["insert", "restore"])
+def test_gf104_and_gf105_together_train_every_step_in_train_mode(style):
+    codes = sorted(f.code for f in check(SCRIPT, settings=_both(style)))
+    assert codes == ["GF104", "GF105", "GF105"]
+    fixed = fix(SCRIPT, settings=_both(style))
+    assert fix(fixed, settings=_both(style)) == fixed  # idempotent
+    assert "model.eval()" in fixed
+    modes = _run(fixed)
+    steps = [training for kind, training in modes if kind in ("step", "fit")]
+    assert len(steps) == 3 * 2 + 2 * 2
+    assert all(steps), "a training step ran in eval mode after the fixes"
+
+
+def test_gf104_alone_would_train_later_epochs_in_eval_mode():
+    """Why GF105 is the companion: GF104's insert fix by itself leaks eval mode into epoch 2."""
+    fixed = fix(SCRIPT, settings=Settings(select=("GF104",), unsafe_fixes=True))
+    steps = [training for kind, training in _run(fixed) if kind in ("step", "fit")]
+    assert steps[:2] == [True, True]  # epoch 1
+    assert not all(steps)
+
+
+def test_cli_apply_with_both_rules(tmp_path: Path):
+    from gradfix.cli import main
+
+    path = tmp_path / "script.py"
+    path.write_text(SCRIPT)
+    with pytest.raises(SystemExit):
+        main([str(path), "--select", "GF104,GF105", "--apply", "--unsafe-fixes"])
+    fixed = path.read_text()
+    assert fixed != SCRIPT
+    steps = [training for kind, training in _run(fixed) if kind in ("step", "fit")]
+    assert steps and all(steps)
