@@ -1,0 +1,684 @@
+"""GF201 global-grad-toggle."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradfix.facts import FileFacts, dotted_name, literal_bool
+from gradfix.model import FixSafety, Span
+from gradfix.rule import Invalid, Rule, Valid
+
+SET_GRAD_ENABLED = "torch.set_grad_enabled"
+_CONDITIONAL_PARENTS = (ast.If, ast.ExceptHandler, ast.match_case)
+# Decorators a grad decorator can safely sit under (it goes innermost, next to ``def``).
+_PLAIN_DECORATORS = {"staticmethod", "classmethod"}
+_HAND_MADE_CONTEXT_METHODS = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
+
+
+@dataclass
+class _Toggle:
+    stmt: ast.Expr
+    call: ast.Call
+    mode: bool | None  # literal argument, None when not a literal
+    restore: bool = False  # a literal True that ends the toggle before it (a pair's closer)
+
+
+@dataclass(frozen=True)
+class _FixPlan:
+    """What ``fix`` rebuilds (picklable)."""
+
+    form: str  # "with" or "decorator"
+    opener: Span  # the toggle statement that becomes a `with` / a decorator
+    stop: Span | None  # the next toggle in the block (ends the segment), None: end of block
+    closer: bool  # whether ``stop`` is removed with this fix (it ends this toggle)
+    import_module: str | None  # ``from <module> import set_grad_enabled`` (to drop if unused)
+    comments_to_next: bool = False  # the closer's own comments move to the statement after it
+    keep_call: bool = False  # scope with the call itself: the name `torch` is taken in this file
+
+
+class GlobalGradToggle(Rule):
+    """
+    ## What it does
+    Finds `torch.set_grad_enabled(x)` called as a bare statement inside a function, the
+    "global switch" style of the article's §2.1/§4.2 (`torch.set_grad_enabled(True)` at the
+    top of `train_one_epoch`).
+
+    ## Why is this bad?
+    Called as a statement, `set_grad_enabled` flips the thread's global grad mode and never
+    restores it: the mode leaks to the caller after the function returns (or raises), and the
+    code after the call runs in a mode forced by this function rather than the one its caller
+    chose. An evaluation function that leaves grad off makes the next training step fail
+    with "element 0 of tensors does not require grad"; a training function that forces it on
+    makes an enclosing `no_grad` block record graphs again. Scoped forms (`with`, decorator)
+    restore the previous mode on exit, even on an exception (pinned in
+    `tests/facts/test_gf201_facts.py`).
+
+    ## Example
+    ```python
+    def train_one_epoch(model, loader, optimizer):
+        model.train()
+        torch.set_grad_enabled(True)
+        for x, y in loader:
+            ...
+
+    def embed(encoder, batch):
+        torch.set_grad_enabled(False)
+        feats = encoder(batch)
+        torch.set_grad_enabled(True)
+        return feats
+    ```
+
+    ## Use instead
+    ```python
+    def train_one_epoch(model, loader, optimizer):
+        model.train()
+        with torch.enable_grad():
+            for x, y in loader:
+                ...
+
+    def embed(encoder, batch):
+        with torch.no_grad():
+            feats = encoder(batch)
+        return feats
+    ```
+
+    ## Fix safety
+    Unsafe: the mode no longer leaks to the caller, and a later bare toggle no longer forces
+    a mode the caller did not have. Code that relied on the leak (a caller that expects grad
+    to be off after calling a "setup" function) changes behaviour.
+
+    The fix works block by block. Each toggle scopes the statements after it, up to the next
+    toggle in the same block or the end of the block. A literal `True` that directly follows
+    another toggle closes it (the usual pair `set_grad_enabled(False)` …
+    `set_grad_enabled(True)`) and is removed; the statements between become
+    `with torch.no_grad():` (`False`), `with torch.enable_grad():` (`True`) or
+    `with torch.set_grad_enabled(x):` (any other expression). A last toggle with nothing
+    after it that closes an earlier one is removed as well. Literals always map to
+    `no_grad`/`enable_grad` in every form (the decorator form of rules.md does the same);
+    GF205 is the matching style rule for hand-written `with torch.set_grad_enabled(False)`.
+    A single toggle that is the first statement of the function (after a docstring), with a
+    literal argument, becomes a decorator `@torch.no_grad()` / `@torch.enable_grad()`; a
+    non-literal one uses the `with` form instead, because a decorator argument is evaluated
+    once, when the function is defined, not at each call. The file's spelling of torch is
+    kept (`T.no_grad()`, `torch.autograd.no_grad()`).
+
+    Reported without a fix: module-level toggles; toggles under `if`/`except`/`case`
+    (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
+    scopes the mode differently across `yield`/`await`); functions that toggle in a
+    `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
+    purpose is to set the mode for the caller); and toggles in a nested block (a loop body,
+    a `try`) whose last toggle is not a closing `set_grad_enabled(True)`, since code after
+    the block would change too. Functions that save the mode with `torch.is_grad_enabled()`
+    and restore it are correct and never reported, and neither are the toggles of the
+    GF202 pattern (`True` … `False` inside a grad-disabled `with`).
+    """
+
+    code = "GF201"
+    name = "global-grad-toggle"
+    summary = "Bare `torch.set_grad_enabled(x)` statement leaks the grad mode"
+    fix_safety = FixSafety.UNSAFE
+    triggers = ("set_grad_enabled",)
+
+    VALID = [
+        # Look-alikes: a with-item and a decorator are scoped.
+        Valid("import torch\ndef f(x, train):\n    with torch.set_grad_enabled(train):\n        return g(x)\n"),
+        Valid("import torch\n@torch.set_grad_enabled(False)\ndef f(x):\n    return g(x)\n"),
+        # A local name `torch` that is not the module.
+        Valid("def f(torch):\n    torch.set_grad_enabled(False)\n    return g()\n"),
+        # Saved and restored by hand: correct code.
+        Valid(
+            "import torch\ndef f(x):\n    prev = torch.is_grad_enabled()\n    torch.set_grad_enabled(False)\n"
+            "    try:\n        return g(x)\n    finally:\n        torch.set_grad_enabled(prev)\n"
+        ),
+        # The GF202 pattern belongs to GF202.
+        Valid(
+            "import torch\ndef f(x):\n    with torch.no_grad():\n        a = enc(x)\n"
+            "        torch.set_grad_enabled(True)\n        b = head(a)\n        torch.set_grad_enabled(False)\n"
+            "    return b\n"
+        ),
+        # A script's global setting.
+        Valid("import torch\nif __name__ == '__main__':\n    torch.set_grad_enabled(False)\n    main()\n"),
+        # Assigned, not a bare statement.
+        Valid("import torch\ndef f():\n    ctx = torch.set_grad_enabled(False)\n    return ctx\n"),
+        # A hand-made context manager toggles on purpose.
+        Valid(
+            "import torch\nclass Frozen:\n    def __enter__(self):\n        self.prev = torch.is_grad_enabled()\n"
+            "        torch.set_grad_enabled(False)\n    def __exit__(self, *exc):\n"
+            "        torch.set_grad_enabled(self.prev)\n"
+        ),
+        # Suppressed on the toggle's line, or on the closer's line (an anchor).
+        Valid("import torch\ndef f(m, x):\n    torch.set_grad_enabled(False)  # gradfix: ignore[GF201]\n    return m(x)\n"),
+        Valid(
+            "import torch\ndef f(m, x):\n    torch.set_grad_enabled(False)\n    y = m(x)\n"
+            "    torch.set_grad_enabled(True)  # noqa: GF201\n    return y\n"
+        ),
+    ]
+    INVALID = [
+        # Article §2.1: a lone toggle after other statements -> `with` around the rest.
+        Invalid(
+            "import torch\n\ndef train_one_epoch(model, loader, opt):\n    model.train()\n"
+            "    torch.set_grad_enabled(True)  # training\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward()\n",
+            "import torch\n\ndef train_one_epoch(model, loader, opt):\n    model.train()\n"
+            "    with torch.enable_grad():  # training\n        for x in loader:\n            loss = model(x)\n"
+            "            loss.backward()\n",
+        ),
+        # First statement (after a docstring) -> decorator, alias kept.
+        Invalid(
+            'import torch as T\n\ndef predict(model, x):\n    """Run."""\n    T.set_grad_enabled(False)\n'
+            "    return model(x)\n",
+            'import torch as T\n\n@T.no_grad()\ndef predict(model, x):\n    """Run."""\n    return model(x)\n',
+        ),
+        # A pair -> `with torch.no_grad():` around the statements between.
+        Invalid(
+            "import torch\n\ndef step(enc, dec, x):\n    torch.set_grad_enabled(False)\n    feats = enc(x)\n"
+            "    torch.set_grad_enabled(True)\n    return dec(feats)\n",
+            "import torch\n\ndef step(enc, dec, x):\n    with torch.no_grad():\n        feats = enc(x)\n"
+            "    return dec(feats)\n",
+        ),
+        # A non-literal first toggle: the with form (a decorator would read `train` too early).
+        Invalid(
+            "from torch.autograd import set_grad_enabled\n\ndef run(model, x, train):\n"
+            "    set_grad_enabled(train)\n    return model(x)\n",
+            "from torch.autograd import set_grad_enabled\n\ndef run(model, x, train):\n"
+            "    with set_grad_enabled(train):\n        return model(x)\n",
+        ),
+        # Conditional toggles and module-level toggles: reported, not fixed.
+        Invalid(
+            "import torch\ndef run(model, x, train):\n    if train:\n        torch.set_grad_enabled(True)\n"
+            "    else:\n        torch.set_grad_enabled(False)\n    return model(x)\n",
+            None,
+            count=2,
+        ),
+        Invalid("import torch\ntorch.set_grad_enabled(False)\nmodel = load()\n", None),
+        # True … False followed by evaluation: each toggle scopes its own statements.
+        Invalid(
+            "import torch\ndef epoch(model):\n    torch.set_grad_enabled(True)\n    train(model)\n"
+            "    torch.set_grad_enabled(False)\n    evaluate(model)\n",
+            "import torch\ndef epoch(model):\n    with torch.enable_grad():\n        train(model)\n"
+            "    with torch.no_grad():\n        evaluate(model)\n",
+            count=2,
+        ),
+        # A pair in a loop body ends with `True`: fixable; without the closer: reported only.
+        Invalid(
+            "import torch\ndef fit(enc, loader):\n    for x in loader:\n        torch.set_grad_enabled(False)\n"
+            "        x = enc(x)\n        torch.set_grad_enabled(True)\n        step(x)\n",
+            "import torch\ndef fit(enc, loader):\n    for x in loader:\n        with torch.no_grad():\n"
+            "            x = enc(x)\n        step(x)\n",
+        ),
+        Invalid(
+            "import torch\ndef fit(enc, loader):\n    for x in loader:\n        torch.set_grad_enabled(False)\n"
+            "        x = enc(x)\n    return x\n",
+            None,
+        ),
+        # Inside a grad `with` (not the GF202 pair): the rest of that block.
+        Invalid(
+            "import torch\ndef f(m, x):\n    with torch.no_grad():\n        a = m(x)\n"
+            "        torch.set_grad_enabled(True)\n        b = m(a)\n    return b\n",
+            "import torch\ndef f(m, x):\n    with torch.no_grad():\n        a = m(x)\n"
+            "        with torch.enable_grad():\n            b = m(a)\n    return b\n",
+        ),
+        # `torch` names something else in this file: scope with the call itself.
+        Invalid(
+            "from torch import set_grad_enabled\ndef f(m, x):\n    set_grad_enabled(False)\n    return m(x)\n"
+            "def torch():\n    pass\n",
+            "from torch import set_grad_enabled\n@set_grad_enabled(False)\ndef f(m, x):\n    return m(x)\n"
+            "def torch():\n    pass\n",
+        ),
+        # CRLF and tab indentation survive.
+        Invalid(
+            "import torch\r\ndef f(m, x):\r\n\tm.eval()\r\n\ttorch.set_grad_enabled(False)  # eval\r\n"
+            "\treturn m(x)\r\n",
+            "import torch\r\ndef f(m, x):\r\n\tm.eval()\r\n\twith torch.no_grad():  # eval\r\n"
+            "\t\treturn m(x)\r\n",
+        ),
+        # A generator: diagnostic only.
+        Invalid(
+            "import torch\ndef batches(model, loader):\n    torch.set_grad_enabled(False)\n"
+            "    for x in loader:\n        yield model(x)\n",
+            None,
+        ),
+    ]
+
+    # -- detection ------------------------------------------------------------------------
+    def check(self, facts: FileFacts):
+        by_block: dict[tuple[int, str], list[_Toggle]] = {}
+        owners: dict[tuple[int, str], tuple[ast.AST, list[ast.stmt]]] = {}
+        for call in facts.calls:
+            toggle = _bare_toggle(facts, call)
+            if toggle is None:
+                continue
+            parent = facts.parents.get(toggle.stmt)
+            field = _field_of(parent, toggle.stmt)
+            if parent is None or field is None:
+                continue
+            key = (id(parent), field)
+            by_block.setdefault(key, []).append(toggle)
+            owners[key] = (parent, getattr(parent, field))
+        if not by_block:
+            return
+        generators = _generator_functions(facts)
+        excluded = _toggle_hack_statements(facts, [t for ts in by_block.values() for t in ts])
+        function_verdict: dict[ast.AST, str | None] = {}
+        for key, toggles in sorted(by_block.items(), key=lambda kv: kv[1][0].stmt.lineno):
+            parent, block = owners[key]
+            toggles = [t for t in toggles if t.stmt not in excluded]
+            toggles.sort(key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
+            if not toggles:
+                continue
+            func = facts.enclosing_function(toggles[0].stmt)
+            if func is None or isinstance(func, ast.Lambda):
+                yield from self._report_module_level(facts, parent, toggles)
+                continue
+            if func not in function_verdict:
+                function_verdict[func] = _function_verdict(facts, func, generators)
+            verdict = function_verdict[func]
+            if verdict == "silent":
+                continue
+            yield from self._check_block(facts, func, parent, key[1], block, toggles, verdict)
+
+    def _report_module_level(self, facts, parent, toggles):
+        if _under_main_guard(facts, toggles[0].stmt):
+            return
+        for t in toggles:
+            yield self.report(
+                facts,
+                t.stmt,
+                f"module-level `{facts.segment(t.call)}` changes the grad mode of every program "
+                "that imports this module; scope it with `with`/a decorator where it is needed "
+                "(no automatic fix)",
+                fix=False,
+            )
+
+    def _check_block(self, facts, func, parent, field, block, toggles, verdict):
+        reason = verdict or _block_reason(facts, func, parent, field, block, toggles)
+        # Mark the closers: a literal True right after an opening toggle.
+        for i, t in enumerate(toggles):
+            t.restore = i > 0 and t.mode is True and not toggles[i - 1].restore
+        positions = [block.index(t.stmt) for t in toggles]
+        units: list[tuple[int, int | None]] = []  # (opener index, closer index or None)
+        i = 0
+        while i < len(toggles) and reason is None:
+            if toggles[i].restore:
+                reason = "internal: unpaired closer"
+                break
+            end = positions[i + 1] if i + 1 < len(toggles) else len(block)
+            if end == positions[i] + 1:
+                reason = (
+                    "nothing follows it in its block: it sets the mode for the caller on purpose?"
+                    if i + 1 == len(toggles)
+                    else "another toggle follows it directly"
+                )
+                break
+            closer = None
+            if i + 1 < len(toggles):
+                nxt = toggles[i + 1]
+                nxt_end = positions[i + 2] if i + 2 < len(toggles) else len(block)
+                if nxt.restore or (i + 2 == len(toggles) and nxt_end == positions[i + 1] + 1):
+                    closer = i + 1
+            units.append((i, closer))
+            i = closer + 1 if closer is not None else i + 1
+        if reason is None and not _contained(facts, parent, field, block):
+            last = units[-1] if units else None
+            if last is None or last[1] is None or not toggles[last[1]].restore:
+                reason = (
+                    "it is in a nested block and the mode it sets reaches code after that block "
+                    "(end the block with `set_grad_enabled(True)` or scope it by hand)"
+                )
+        if reason is not None:
+            for t in toggles:
+                yield self.report(
+                    facts,
+                    t.stmt,
+                    f"bare `{facts.segment(t.call)}` changes the global grad mode for everything that "
+                    f"runs after it, the caller included (no automatic fix: {reason})",
+                    fix=False,
+                )
+            return
+        import_module = _from_import_module(facts, toggles[0].call)
+        for opener_index, closer_index in units:
+            opener = toggles[opener_index]
+            stop_index = opener_index + 1 if opener_index + 1 < len(toggles) else None
+            decorator = (
+                len(toggles) == 1
+                and block is func.body
+                and positions[0] == _first_code_index(block)
+                and opener.mode is not None
+                and _decorator_ok(facts, func, opener.call)
+            )
+            keep_call = not isinstance(opener.call.func, ast.Attribute) and not _torch_name_usable(facts)
+            scoped = facts.segment(opener.call) if keep_call else _scoped_text(facts, opener)
+            closer = toggles[closer_index] if closer_index is not None else None
+            if decorator:
+                target = f"`@{scoped}` on `{func.name}`"
+            else:
+                target = f"`with {scoped}:`"
+            between = f" … `{facts.segment(closer.call)}` (line {closer.stmt.lineno})" if closer else ""
+            message = (
+                f"bare `{facts.segment(opener.call)}`{between} toggles the global grad mode: it leaks to "
+                f"the caller{' and forces a mode the caller may not have' if closer else ''}; use {target} "
+                "(unsafe fix: the mode no longer leaks to the caller, and a later bare toggle no longer "
+                "forces a mode the caller did not have)"
+            )
+            plan = _FixPlan(
+                "decorator" if decorator else "with",
+                facts.span(opener.stmt),
+                facts.span(toggles[stop_index].stmt) if stop_index is not None else None,
+                closer is not None,
+                import_module,
+                closer_index is not None
+                and positions[closer_index] + 1 < len(block)
+                and (closer_index + 1 == len(toggles) or positions[closer_index + 1] != positions[closer_index] + 1),
+                keep_call,
+            )
+            yield self.report(
+                facts, opener.stmt, message, anchors=[closer.stmt] if closer else [], data=plan
+            )
+
+    # -- fix --------------------------------------------------------------------------------
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit, FixError
+
+        plan: _FixPlan = finding.data
+        opener = ctx.node_at(plan.opener, cst.SimpleStatementLine)
+        if len(opener.body) != 1 or not isinstance(opener.body[0], cst.Expr):
+            raise FixError("the toggle shares its line with other statements")
+        call = opener.body[0].value
+        if not isinstance(call, cst.Call):
+            raise FixError("the toggle is not a call")
+        block = ctx.parent(opener)
+        if not isinstance(block, cst.IndentedBlock):
+            raise FixError("the toggle is not in an indented block")
+        stmts = list(block.body)
+        start = stmts.index(opener)
+        stop = len(stmts)
+        if plan.stop is not None:
+            stop_node = ctx.node_at(plan.stop, cst.SimpleStatementLine)
+            stop = stmts.index(stop_node)
+        segment = stmts[start + 1 : stop]
+        if not segment:
+            raise FixError("nothing to scope")
+        closer = stmts[stop] if plan.closer and stop < len(stmts) else None
+        scoped = self._scoped_expr(call, ctx, plan)
+
+        if plan.form == "decorator":
+            func = ctx.parent(block)
+            if not isinstance(func, cst.FunctionDef):
+                raise FixError("no function for the decorator")
+            rest = list(segment)
+            rest[0] = rest[0].with_changes(leading_lines=[*opener.leading_lines, *rest[0].leading_lines])
+            new_body = block.with_changes(body=[*stmts[:start], *rest, *stmts[stop:]])
+            decorator = cst.Decorator(decorator=scoped, trailing_whitespace=opener.trailing_whitespace)
+            return [Edit(func, func.with_changes(decorators=[*func.decorators, decorator], body=new_body))]
+
+        first = segment[0]
+        segment[0] = first.with_changes(leading_lines=_without_leading_blanks(first.leading_lines))
+        # The closer's comment lines ("# back to training") stay above the code after it.
+        footer: list[cst.EmptyLine] = []
+        moved: list[Edit] = []
+        if closer is not None and any(line.comment is not None for line in closer.leading_lines):
+            if plan.comments_to_next and stop + 1 < len(stmts):
+                after = stmts[stop + 1]
+                lines = [*closer.leading_lines, *after.leading_lines]
+                moved.append(Edit(after, after.with_changes(leading_lines=lines)))
+            else:
+                footer = list(closer.leading_lines)
+                while footer and footer[-1].comment is None:
+                    footer.pop()
+        with_node = cst.With(
+            items=[cst.WithItem(scoped)],
+            body=cst.IndentedBlock(body=segment, header=opener.trailing_whitespace, footer=footer),
+            leading_lines=opener.leading_lines,
+        )
+        edits = [Edit(opener, with_node)]
+        edits += [Edit(s, cst.RemoveFromParent()) for s in stmts[start + 1 : stop]]
+        if closer is not None:
+            edits.append(Edit(closer, cst.RemoveFromParent()))
+        return edits + moved
+
+    def _scoped_expr(self, call: cst.Call, ctx, plan: _FixPlan) -> cst.BaseExpression:
+        """``<prefix>.no_grad()`` / ``enable_grad()`` for a literal, the call itself otherwise."""
+        mode = _cst_literal_bool(call)
+        if mode is None or plan.keep_call:
+            return call
+        api = "enable_grad" if mode else "no_grad"
+        if isinstance(call.func, cst.Attribute):
+            prefix = ctx.code(call.func.value)
+        else:
+            prefix = ctx.torch_name()
+            if plan.import_module and isinstance(call.func, cst.Name) and call.func.value == "set_grad_enabled":
+                ctx.remove_import_if_unused(plan.import_module, "set_grad_enabled")
+        return ctx.expr(f"{prefix}.{api}()")
+
+    @staticmethod
+    def contract():
+        # gradfix verify: grad mode no longer leaks out of the call (what follows may change:
+        # e.g. a training step after a leaky evaluation no longer crashes).
+        from gradfix.verify.contract import Contract, GradModeKept
+
+        return Contract(
+            "grad mode no longer leaks to the caller",
+            may_differ=("*: grad mode after", "exception"),
+            expect=(GradModeKept(),),
+            downstream=True,
+        )
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _bare_toggle(facts: FileFacts, call: ast.Call) -> _Toggle | None:
+    stmt = facts.parents.get(call)
+    if not isinstance(stmt, ast.Expr) or stmt.value is not call:
+        return None
+    if facts.call_qualname(call) != SET_GRAD_ENABLED:
+        return None
+    if len(call.args) + len(call.keywords) != 1:
+        return None
+    if call.args:
+        arg = call.args[0]
+        if isinstance(arg, ast.Starred):
+            return None
+    elif call.keywords[0].arg == "mode":
+        arg = call.keywords[0].value
+    else:
+        return None
+    return _Toggle(stmt, call, literal_bool(arg))
+
+
+def _toggle_arg(call: ast.Call) -> ast.expr:
+    return call.args[0] if call.args else call.keywords[0].value
+
+
+def _field_of(parent: ast.AST | None, stmt: ast.stmt) -> str | None:
+    if parent is None:
+        return None
+    for name in ("body", "orelse", "finalbody"):
+        if stmt in (getattr(parent, name, None) or []):
+            return name
+    return None
+
+
+def _generator_functions(facts: FileFacts) -> set[ast.AST]:
+    out = set()
+    for node, func in facts.function_of.items():
+        if func is not None and isinstance(node, (ast.Yield, ast.YieldFrom)):
+            out.add(func)
+    return out
+
+
+def _toggle_hack_statements(facts: FileFacts, toggles: list[_Toggle]) -> set[ast.stmt]:
+    """Toggles of the GF202 pattern (``True`` … ``False`` inside a grad-disabled region).
+
+    Generous on purpose: every bare toggle in a grad-disabled region that holds a literal
+    ``True`` toggle followed by a literal ``False`` one belongs to GF202, not here.
+    """
+    in_region: dict[int, list[_Toggle]] = {}
+    for t in toggles:
+        regions = facts.regions_around(t.stmt)
+        if regions and regions[0].disables:
+            in_region.setdefault(id(regions[0]), []).append(t)
+    excluded: set[ast.stmt] = set()
+    try:  # exactly the pairs GF202 claims (mine below are a superset; this keeps it so)
+        from gradfix.rules.gf202_nested_toggle_hack import toggle_pairs
+    except ImportError:  # pragma: no cover - GF202 absent
+        toggle_pairs = None
+    if toggle_pairs is not None:
+        for pair in toggle_pairs(facts):
+            excluded.update((pair.block[pair.start], pair.block[pair.end]))
+    for members in in_region.values():
+        members.sort(key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
+        seen_true = False
+        for t in members:
+            if t.mode is True:
+                seen_true = True
+            elif t.mode is False and seen_true:
+                excluded.update(m.stmt for m in members)
+                break
+    return excluded
+
+
+def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
+    """"silent", a reason to report without a fix, or None (fixable)."""
+    if func.name in _HAND_MADE_CONTEXT_METHODS:
+        return "silent"  # a context manager's enter/exit sets the mode on purpose
+    toggles = []
+    for stmt in facts.statements(func):
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            toggle = _bare_toggle(facts, stmt.value)
+            if toggle is not None:
+                toggles.append(toggle)
+    saved_modes = _saved_mode_names(facts)
+    for t in toggles:
+        if dotted_name(_toggle_arg(t.call)) in saved_modes:
+            return "silent"  # the mode saved with torch.is_grad_enabled() is restored by hand
+    if isinstance(func, ast.AsyncFunctionDef):
+        return "in an `async def` the mode would be scoped across `await`s differently"
+    if func in generators:
+        return "in a generator a `with` or decorator scopes the mode differently across `yield`s"
+    for t in toggles:
+        node, parent = t.stmt, facts.parents.get(t.stmt)
+        while parent is not None and parent is not func:
+            if isinstance(parent, ast.ExceptHandler) or (
+                isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node in parent.finalbody
+            ):
+                return "the function restores the mode by hand in `except`/`finally`"
+            node, parent = parent, facts.parents.get(parent)
+    return None
+
+
+def _saved_mode_names(facts: FileFacts) -> set[str]:
+    """Names (``prev``, ``self.prev``) assigned from ``torch.is_grad_enabled()`` in the file."""
+    cached = facts.__dict__.get("_gf201_saved_modes")
+    if cached is not None:
+        return cached
+    names: set[str] = set()
+    for call in facts.calls:
+        stmt = facts.parents.get(call)
+        if isinstance(stmt, ast.Assign) and stmt.value is call and facts.call_qualname(call) == "torch.is_grad_enabled":
+            names.update(n for n in (dotted_name(t) for t in stmt.targets) if n is not None)
+    facts.__dict__["_gf201_saved_modes"] = names
+    return names
+
+
+def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:
+    if field != "body":
+        return "it runs only under a condition (an `else`/`finally` branch)"
+    child, node = block[0], parent
+    while node is not None and node is not func:
+        if isinstance(node, _CONDITIONAL_PARENTS) or _field_of(node, child) in ("orelse", "finalbody"):
+            return "it runs only under a condition (conditional toggles)"
+        child, node = node, facts.parents.get(node)
+    stmts_by_line: dict[int, int] = {}
+    for stmt in block:
+        for line in {stmt.lineno, stmt.end_lineno or stmt.lineno}:
+            stmts_by_line[line] = stmts_by_line.get(line, 0) + 1
+    for t in toggles:
+        if stmts_by_line.get(t.stmt.lineno, 0) > 1 or (
+            not isinstance(parent, ast.Module) and t.stmt.lineno == parent.lineno
+        ):
+            return "it shares its line with other code"
+    return None
+
+
+def _contained(facts: FileFacts, parent, field, block) -> bool:
+    """Whether the block's end restores the mode anyway: a function body or a grad ``with``."""
+    if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return True
+    if isinstance(parent, (ast.With, ast.AsyncWith)):
+        return any(r.owner is parent for r in facts.regions)
+    return False
+
+
+def _first_code_index(block: list[ast.stmt]) -> int:
+    first = block[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return 1
+    return 0
+
+
+def _decorator_ok(facts: FileFacts, func, call: ast.Call) -> bool:
+    for dec in func.decorator_list:
+        if not (isinstance(dec, ast.Name) and dec.id in _PLAIN_DECORATORS):
+            return False
+    head = call.func
+    while isinstance(head, ast.Attribute):
+        head = head.value
+    if not isinstance(head, ast.Name):
+        return False
+    # The decorator is evaluated where the function is defined: the name must mean the same.
+    return facts.resolve_name(head.id, func) == facts.resolve_name(head.id, call)
+
+
+def _scoped_text(facts: FileFacts, t: _Toggle) -> str:
+    if t.mode is None:
+        return facts.segment(t.call)
+    func = t.call.func
+    if isinstance(func, ast.Attribute):
+        prefix = facts.segment(func.value)
+    else:
+        prefix = min(facts.torch_module_names(), default="torch")
+    return f"{prefix}.{'enable_grad' if t.mode else 'no_grad'}()"
+
+
+def _torch_name_usable(facts: FileFacts) -> bool:
+    """Whether ``torch.no_grad()`` can be written here (``import torch`` added if missing)."""
+    if facts.torch_module_names():
+        return True
+    module_scope = facts.scope_of_node[facts.tree]
+    return "torch" not in module_scope.locals and "torch" not in module_scope.imports
+
+
+def _from_import_module(facts: FileFacts, call: ast.Call) -> str | None:
+    if not isinstance(call.func, ast.Name) or call.func.id != "set_grad_enabled":
+        return None
+    target = facts.resolve_name("set_grad_enabled", call)
+    if target is None or not target.endswith(".set_grad_enabled"):
+        return None
+    return target.rpartition(".")[0]
+
+
+def _under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
+    node = facts.parents.get(stmt)
+    while node is not None:
+        if isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test):
+            return True
+        node = facts.parents.get(node)
+    return False
+
+
+def _cst_literal_bool(call: cst.Call) -> bool | None:
+    if len(call.args) != 1:
+        return None
+    value = call.args[0].value
+    if isinstance(value, cst.Name) and value.value in ("True", "False"):
+        return value.value == "True"
+    return None
+
+
+def _without_leading_blanks(lines) -> list:
+    lines = list(lines)
+    while lines and lines[0].comment is None:
+        lines.pop(0)
+    return lines

@@ -1,0 +1,155 @@
+"""GF205 prefer-specific-grad-api."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import libcst as cst
+
+from gradfix.facts import FileFacts, literal_bool
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
+
+
+@dataclass(frozen=True)
+class _Plan:
+    api: str  # "no_grad" or "enable_grad"
+    import_module: str | None  # ``from <module> import set_grad_enabled``: drop it if unused
+
+
+class PreferSpecificGradApi(Rule):
+    """
+    ## What it does
+    Finds `with torch.set_grad_enabled(False):` / `(True)` (and the decorator
+    `@torch.set_grad_enabled(False)`) whose argument is a literal, and suggests
+    `torch.no_grad()` / `torch.enable_grad()`.
+
+    ## Why is this bad?
+    It is not a bug: with a literal argument the mode is fixed, and the specific API says so
+    in its name. `set_grad_enabled` is the tool for a mode known only at run time
+    (`torch.set_grad_enabled(is_training)`); seeing it with a constant makes readers look
+    for a condition that is not there. This rule is **off by default**: the article this
+    project started from recommends the opposite team convention ("always use
+    `set_grad_enabled`"), and either choice is fine. Enable it with
+    `--extend-select GF205` (or `select = ["GF205"]` in the config).
+
+    ## Example
+    ```python
+    with torch.set_grad_enabled(False):
+        preds = model(x)
+
+    @T.set_grad_enabled(True)
+    def finetune_step(batch): ...
+    ```
+
+    ## Use instead
+    ```python
+    with torch.no_grad():
+        preds = model(x)
+
+    @T.enable_grad()
+    def finetune_step(batch): ...
+    ```
+
+    ## Fix safety
+    Safe: inside the block (or decorated function) the grad mode is the same, the previous
+    mode is restored on exit and on exceptions, `as` binds `None` in both cases, and
+    generator functions are wrapped the same way (pinned in
+    `tests/facts/test_gf205_facts.py`). The file's spelling of torch is kept
+    (`T.set_grad_enabled(False)` -> `T.no_grad()`, `torch.autograd.set_grad_enabled` ->
+    `torch.autograd.no_grad`); after `from torch import set_grad_enabled` the fix writes
+    `torch.no_grad()`, adds `import torch` if needed and drops the `from` import when nothing
+    uses it any more. A non-literal argument (`set_grad_enabled(train)`) is never reported,
+    nor is a bare `set_grad_enabled(False)` statement (that is GF201).
+    """
+
+    code = "GF205"
+    name = "prefer-specific-grad-api"
+    summary = "`set_grad_enabled` with a literal mode: use `no_grad()` / `enable_grad()`"
+    fix_safety = FixSafety.SAFE
+    default_enabled = False
+    triggers = ("set_grad_enabled",)
+
+    VALID = [
+        Valid("import torch\ndef f(x, train):\n    with torch.set_grad_enabled(train):\n        return g(x)\n"),
+        Valid("import torch\n@torch.set_grad_enabled(mode=is_training)\ndef f(x):\n    return g(x)\n"),
+        Valid("import torch\nwith torch.no_grad():\n    y = g(x)\n"),
+        Valid("def f(torch, x):\n    with torch.set_grad_enabled(False):\n        return g(x)\n"),
+        Valid("import torch\ndef f(x):\n    torch.set_grad_enabled(False)\n    return g(x)\n"),
+        Valid("import torch\nwith torch.set_grad_enabled(False) if frozen else nullcontext():\n    y = g(x)\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\nwith torch.set_grad_enabled(False):  # eval\n    y = model(x)\n",
+            "import torch\nwith torch.no_grad():  # eval\n    y = model(x)\n",
+        ),
+        Invalid(
+            "import torch as T\n\n@T.set_grad_enabled(True)\ndef step(batch):\n    return loss(batch)\n",
+            "import torch as T\n\n@T.enable_grad()\ndef step(batch):\n    return loss(batch)\n",
+        ),
+        Invalid(
+            "import torch\nwith open(p) as fh, torch.autograd.set_grad_enabled(mode=False):\n    pass\n",
+            "import torch\nwith open(p) as fh, torch.autograd.no_grad():\n    pass\n",
+        ),
+        Invalid(
+            "from torch import set_grad_enabled\n\nwith set_grad_enabled(False):\n    y = model(x)\n",
+            "import torch\n\nwith torch.no_grad():\n    y = model(x)\n",
+        ),
+    ]
+
+    def check(self, facts: FileFacts):
+        for region in facts.regions:
+            if region.api != "torch.set_grad_enabled" or not isinstance(region.expr, ast.Call):
+                continue
+            call = region.expr
+            if len(call.args) + len(call.keywords) != 1:
+                continue
+            arg = call.args[0] if call.args else (call.keywords[0].value if call.keywords[0].arg == "mode" else None)
+            mode = literal_bool(arg)
+            if mode is None:
+                continue
+            api = "enable_grad" if mode else "no_grad"
+            func = call.func
+            if not isinstance(func, ast.Attribute) and not _torch_name_usable(facts):
+                continue  # `torch` names something else here: no short spelling to offer
+            prefix = facts.segment(func.value) if isinstance(func, ast.Attribute) else "torch"
+            yield self.report(
+                facts,
+                call,
+                f"`{facts.segment(call)}` has a constant mode: `{prefix}.{api}()` says the same by name",
+                anchors=[region.owner],
+                data=_Plan(api, _from_import_module(facts, call)),
+            )
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit
+
+        plan: _Plan = finding.data
+        call = ctx.node_at(finding.span, cst.Call)
+        if isinstance(call.func, cst.Attribute):
+            prefix = ctx.code(call.func.value)
+        else:
+            prefix = ctx.torch_name()
+            if plan.import_module is not None:
+                ctx.remove_import_if_unused(plan.import_module, "set_grad_enabled")
+        new = ctx.expr(f"{prefix}.{plan.api}()")
+        return [Edit(call, new)]
+
+
+def _torch_name_usable(facts: FileFacts) -> bool:
+    """Whether ``torch.no_grad()`` can be written here (``import torch`` added if missing)."""
+    if facts.torch_module_names():
+        return True
+    module_scope = facts.scope_of_node[facts.tree]
+    return "torch" not in module_scope.locals and "torch" not in module_scope.imports
+
+
+def _from_import_module(facts: FileFacts, call: ast.Call) -> str | None:
+    """``torch`` for ``from torch import set_grad_enabled`` (not aliased), else None."""
+    if not isinstance(call.func, ast.Name) or call.func.id != "set_grad_enabled":
+        return None
+    target = facts.resolve_name("set_grad_enabled", call)
+    if target is None or not target.endswith(".set_grad_enabled"):
+        return None
+    return target.rpartition(".")[0]

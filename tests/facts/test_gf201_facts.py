@@ -1,0 +1,169 @@
+"""Torch facts GF201 (global-grad-toggle) relies on, checked on real torch (CPU)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _restore_grad_mode():
+    before = torch.is_grad_enabled()
+    torch.set_grad_enabled(True)
+    yield
+    torch.set_grad_enabled(before)
+
+
+def _records_graph() -> bool:
+    w = torch.ones(2, requires_grad=True)
+    return (w * 2).grad_fn is not None
+
+
+@pytest.mark.parametrize("mode", [False, True])
+def test_bare_toggle_leaks_to_the_caller_after_return(mode):
+    torch.set_grad_enabled(not mode)
+
+    def evaluate():
+        torch.set_grad_enabled(mode)
+        return _records_graph()
+
+    assert evaluate() is mode
+    assert torch.is_grad_enabled() is mode  # the caller's mode was changed
+    assert _records_graph() is mode
+
+
+def test_bare_toggle_leaks_when_the_function_raises():
+    def evaluate():
+        torch.set_grad_enabled(False)
+        raise ValueError
+
+    with pytest.raises(ValueError):
+        evaluate()
+    assert torch.is_grad_enabled() is False
+
+
+def test_closing_toggle_forces_a_mode_the_caller_did_not_have():
+    def step():
+        torch.set_grad_enabled(False)
+        frozen = _records_graph()
+        torch.set_grad_enabled(True)
+        return frozen
+
+    with torch.no_grad():
+        assert step() is False
+        assert torch.is_grad_enabled() is True  # the caller's no_grad is undone
+
+
+@pytest.mark.parametrize(
+    "decorator, inside",
+    [(lambda: torch.no_grad(), False), (lambda: torch.enable_grad(), True)],
+    ids=["no_grad", "enable_grad"],
+)
+@pytest.mark.parametrize("caller_mode", [False, True])
+def test_decorator_form_scopes_the_mode_and_restores_the_caller(decorator, inside, caller_mode):
+    @decorator()
+    def fn():
+        return torch.is_grad_enabled(), _records_graph()
+
+    torch.set_grad_enabled(caller_mode)
+    assert fn() == (inside, inside)
+    assert torch.is_grad_enabled() is caller_mode
+
+
+@pytest.mark.parametrize("caller_mode", [False, True])
+def test_with_form_restores_the_caller_after_return_and_exception(caller_mode):
+    def fn(fail):
+        with torch.no_grad():
+            if fail:
+                raise ValueError
+            return torch.is_grad_enabled()
+
+    torch.set_grad_enabled(caller_mode)
+    assert fn(False) is False
+    assert torch.is_grad_enabled() is caller_mode
+    with pytest.raises(ValueError):
+        fn(True)
+    assert torch.is_grad_enabled() is caller_mode
+
+
+@pytest.mark.parametrize("mode", [False, True])
+def test_set_grad_enabled_as_with_item_is_scoped(mode):
+    """Look-alike that must not fire: ``with torch.set_grad_enabled(x):``."""
+    torch.set_grad_enabled(not mode)
+    with torch.set_grad_enabled(mode):
+        assert torch.is_grad_enabled() is mode
+        assert _records_graph() is mode
+    assert torch.is_grad_enabled() is (not mode)
+
+
+@pytest.mark.parametrize("mode", [False, True])
+def test_set_grad_enabled_as_decorator_is_scoped(mode):
+    """Look-alike that must not fire: ``@torch.set_grad_enabled(x)``; defining it leaks nothing."""
+    torch.set_grad_enabled(not mode)
+
+    @torch.set_grad_enabled(mode)
+    def fn():
+        return torch.is_grad_enabled()
+
+    assert torch.is_grad_enabled() is (not mode)  # decorating did not change the mode
+    assert fn() is mode
+    assert torch.is_grad_enabled() is (not mode)
+
+
+def test_decorator_argument_is_read_at_definition_not_at_call():
+    """Why a non-literal toggle becomes ``with set_grad_enabled(x):``, never a decorator."""
+    config = {"train": False}
+
+    @torch.set_grad_enabled(config["train"])
+    def fn():
+        return torch.is_grad_enabled()
+
+    config["train"] = True
+    assert fn() is False  # still the value seen when ``def`` ran
+
+    def fn_with(train):
+        with torch.set_grad_enabled(train):
+            return torch.is_grad_enabled()
+
+    assert fn_with(config["train"]) is True
+
+
+def test_generator_decorator_differs_from_a_bare_toggle():
+    """Why generators get no fix: a decorator restores the consumer's mode at each yield."""
+
+    def bare():
+        torch.set_grad_enabled(False)
+        yield torch.is_grad_enabled()
+
+    @torch.no_grad()
+    def decorated():
+        yield torch.is_grad_enabled()
+
+    gen = decorated()
+    assert next(gen) is False
+    assert torch.is_grad_enabled() is True  # consumer keeps its mode between yields
+    gen = bare()
+    assert next(gen) is False
+    assert torch.is_grad_enabled() is False  # the bare toggle leaks to the consumer
+
+
+def test_decorator_on_async_def_does_not_scope_the_coroutine_body():
+    """Why ``async def`` gets no fix: the decorator returns before the body runs."""
+
+    @torch.no_grad()
+    async def fn():
+        return torch.is_grad_enabled()
+
+    assert asyncio.run(fn()) is True
+
+
+def test_alias_spellings_are_the_same_objects():
+    """The fix keeps the file's prefix: ``torch.autograd.no_grad`` etc. must exist."""
+    assert torch.autograd.set_grad_enabled is torch.set_grad_enabled
+    assert torch.autograd.no_grad is torch.no_grad
+    assert torch.autograd.enable_grad is torch.enable_grad
+    assert torch.autograd.grad_mode.no_grad is torch.no_grad
+    assert torch.autograd.grad_mode.enable_grad is torch.enable_grad
