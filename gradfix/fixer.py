@@ -206,12 +206,47 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
     return FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes)
 
 
+class _RemoveImportsKeepComments(RemoveImportsVisitor):
+    """LibCST's RemoveImportsVisitor drops a removed import's leading comments and blank lines
+    with it; hand them to the next statement (or the block's footer) so no comment is lost."""
+
+    def __init__(self, context: CodemodContext):
+        super().__init__(context)
+        self._removed: dict[cst.SimpleStatementLine, Sequence[cst.EmptyLine]] = {}
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+        if not updated_node.body:
+            self._removed[original_node] = original_node.leading_lines
+        return updated_node
+
+    def _rehome(self, original_node, updated_node):
+        if not any(stmt in self._removed for stmt in original_node.body):
+            return updated_node
+        kept, pending, survivors = [], [], iter(updated_node.body)
+        for stmt in original_node.body:
+            if stmt in self._removed:
+                pending += self._removed.pop(stmt)
+                continue
+            new = next(survivors)
+            if pending:
+                new = new.with_changes(leading_lines=[*pending, *new.leading_lines])
+                pending = []
+            kept.append(new)
+        return updated_node.with_changes(body=kept, footer=[*pending, *updated_node.footer])
+
+    def leave_IndentedBlock(self, original_node, updated_node):
+        return self._rehome(original_node, updated_node)
+
+    def leave_Module(self, original_node, updated_node):
+        return self._rehome(original_node, super().leave_Module(original_node, updated_node))
+
+
 def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:
     context = CodemodContext()
     for mod, name in req.remove_if_unused:
         RemoveImportsVisitor.remove_unused_import(context, mod, name)
     if req.remove_if_unused:
-        module = RemoveImportsVisitor(context).transform_module(module)
+        module = _RemoveImportsKeepComments(context).transform_module(module)
     for mod, name in req.add:
         AddImportsVisitor.add_needed_import(context, mod, name)
     if req.add:

@@ -1,0 +1,167 @@
+"""GF401 variable-volatile."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rules.gf402_variable_wrapper import (
+    detached,
+    flag_text,
+    receiver_text,
+    truthiness,
+    variable_calls,
+)
+
+
+def negatable(expr: ast.expr, text: str) -> str:
+    """``text`` ready to follow ``not`` (parenthesized unless it is a name or attribute)."""
+    return text if isinstance(expr, (ast.Name, ast.Attribute, ast.Call)) else f"({text})"
+
+
+class VariableVolatile(Rule):
+    """
+    ## What it does
+    Finds `Variable(x, volatile=...)` (`torch.autograd.Variable`, however imported) with any
+    value: a literal, or a name such as `volatile=evaluation`.
+
+    ## Why is this bad?
+    Before PyTorch 0.4, `volatile=True` meant "record no graph for anything computed from
+    this input": the inference mode of its day. The argument was removed in 0.4: today it
+    only warns ("volatile was removed and now has no effect. Use `with torch.no_grad():`
+    instead.") and the call returns `x.detach()`, exactly like `Variable(x)` (pinned in
+    `tests/facts/test_gf401_facts.py`). The evaluation code it guards now builds a full
+    graph for every batch, and the reader still believes it does not.
+
+    ## Example
+    ```python
+    data = Variable(data, volatile=True)
+    output = model(data)
+    ```
+
+    ## Use instead
+    ```python
+    data = data.detach()
+    output = model(data)
+    ```
+    and, to get back what `volatile` meant, compute under `torch.no_grad()`:
+    ```python
+    with torch.no_grad():
+        output = model(data)
+    ```
+
+    ## Fix safety
+    Safe: the rewrite is `x.detach()` (with `.requires_grad_(flag)` when the call passes
+    `requires_grad=`), which is what the call returns today; only the deprecation warning
+    goes. Wrapping the forward pass in `torch.no_grad()` changes what autograd records, so
+    it is only suggested in the message, never applied. A call that passes both a true
+    `volatile` and a true `requires_grad` raises `ValueError` today ("Variable can't be
+    volatile and require_grad at the same time!"); when either flag is not a literal and
+    the other may be true, the call is reported without a fix, as are calls with
+    `**kwargs`. A `volatile` value that is not an int-like (`None`) raises `TypeError`
+    today; the rewrite no longer evaluates it.
+    """
+
+    code = "GF401"
+    name = "variable-volatile"
+    summary = "`Variable(x, volatile=...)`: volatile has no effect since PyTorch 0.4"
+    fix_safety = FixSafety.SAFE
+    triggers = ("Variable",)  # the positional form `Variable(x, False, True)` has no "volatile"
+
+    VALID = [
+        Valid("import torch\nwith torch.no_grad():\n    y = model(x)\n"),
+        Valid("from torch.autograd import Variable\nv = Variable(x)\n"),
+        Valid("from tensorflow import Variable\nv = Variable(x, volatile=True)\n"),
+        Valid("class Variable:\n    def __init__(self, x, volatile=False):\n        pass\n\nv = Variable(3, volatile=True)\n"),
+        Valid("import torch\nbuf = Buffer(x, volatile=True)\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\nfrom torch.autograd import Variable\n\ndef test(model, data):\n"
+            "    data = Variable(data, volatile=True)  # inference\n    return model(data)\n",
+            "import torch\n\ndef test(model, data):\n"
+            "    data = data.detach()  # inference\n    return model(data)\n",
+        ),
+        Invalid(
+            "import torch\n\ndef batch(source, i, evaluation=False):\n"
+            "    return torch.autograd.Variable(source[i:i + 35], volatile = evaluation)\n",
+            "import torch\n\ndef batch(source, i, evaluation=False):\n"
+            "    return source[i:i + 35].detach()\n",
+        ),
+        Invalid(
+            "from torch.autograd import Variable, grad\nx, y = Variable(a, volatile=True), Variable(b)\n",
+            "from torch.autograd import Variable, grad\nx, y = a.detach(), Variable(b)\n",
+        ),
+        Invalid(
+            "import torch.autograd as ag\nw = ag.Variable(a * 2, volatile=False, requires_grad=True)\n",
+            "import torch.autograd as ag\nw = (a * 2).detach().requires_grad_(True)\n",
+        ),
+        Invalid(
+            "from torch.autograd.variable import Variable\nw = Variable(x, False, True)\n",
+            "w = x.detach().requires_grad_(False)\n",
+        ),
+        # Raises ValueError today (volatile and requires_grad both true): report only.
+        Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=True, volatile=True)\n", None),
+        Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=train, volatile=not train)\n", None),
+        Invalid("from torch.autograd import Variable\nw = Variable(x, volatile=True, **kw)\n", None),
+    ]
+
+    def check(self, facts):
+        for found in variable_calls(facts):
+            if found.volatile is None:
+                continue
+            text = facts.segment(found.call.func)
+            volatile = truthiness(found.volatile)
+            requires_grad = truthiness(found.requires_grad)
+            vol_text = facts.segment(found.volatile)
+            if volatile is False:
+                why = f"`volatile={vol_text}` has had no effect since PyTorch 0.4"
+                hint = ""
+            else:
+                why = (
+                    "`volatile` was removed in PyTorch 0.4: it only warns, and the forward pass "
+                    "now records a graph"
+                )
+                if volatile is True:
+                    hint = "; to record no graph as `volatile` meant, wrap the forward pass in `with torch.no_grad():`"
+                else:
+                    hint = (
+                        "; to record no graph as `volatile` meant, wrap the forward pass in "
+                        f"`with torch.set_grad_enabled(not {negatable(found.volatile, vol_text)}):`"
+                    )
+            if found.blocker is not None:
+                yield self.report(facts, found.call, f"{why}; not rewritten because {found.blocker}{hint}", fix=False)
+                continue
+            if volatile is not False and requires_grad is not False:
+                raises = "raises" if (volatile, requires_grad) == (True, True) else "raises when both are true"
+                yield self.report(
+                    facts,
+                    found.call,
+                    f"{why}; `{text}(...)` with `volatile` and `requires_grad` {raises} "
+                    "(ValueError: can't be volatile and require grad): decide which one you meant",
+                    fix=False,
+                )
+                continue
+            data = receiver_text(facts, found.data)
+            wanted = f"{data}.detach()"
+            if found.requires_grad is not None:
+                wanted += f".requires_grad_({flag_text(facts, found.requires_grad)})"
+            yield self.report(
+                facts,
+                found.call,
+                f"{why}; `{text}(...)` returns a detached alias: write `{wanted}`{hint}",
+                data=(found.requires_grad is not None, found.import_module),
+            )
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit
+
+        with_flag, module = finding.data
+        call = ctx.node_at(finding.span, cst.Call)
+        edit = Edit(call, detached(ctx, call, with_flag))
+        if module:
+            ctx.remove_import_if_unused(module, "Variable")
+        return [edit]

@@ -1,0 +1,271 @@
+"""GF403 data-index-zero."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+
+from gradfix.facts import dotted_name
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
+
+# Functional losses whose default reduction gives a 0-dim tensor (F.*loss* is matched by name).
+_FUNCTIONAL_LOSSES = frozenset(
+    f"torch.nn.functional.{n}"
+    for n in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
+)
+_REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
+_CRITERION = re.compile(r"^(crit|criterion\w*|crit_\w+)$|loss", re.IGNORECASE)
+# Names that say "many values": a per-sample loss vector is indexed on purpose.
+_NOT_SCALAR_NAME = re.compile(r"losses$|per_|vec|unreduced|elementwise|none|_all$|list|map|mask|matrix", re.IGNORECASE)
+_MAX_DEPTH = 4
+
+
+def loss_like_name(name: str) -> bool:
+    return "loss" in name.lower() and not _NOT_SCALAR_NAME.search(name)
+
+
+def _keeps_dims(call: ast.Call) -> bool:
+    """``reduction='none'`` / ``reduce=False``: the result has one value per element."""
+    for kw in call.keywords:
+        if kw.arg == "reduction" and isinstance(kw.value, ast.Constant) and kw.value.value == "none":
+            return True
+        if kw.arg == "reduce" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
+            return True
+        if kw.arg == "reduction" and not isinstance(kw.value, ast.Constant):
+            return True  # unknown at this point: not provably a scalar
+    return False
+
+
+class _Scalars:
+    """Decides, by name and assignment within one file, which expressions are 0-dim losses."""
+
+    def __init__(self, facts):
+        self.facts = facts
+        self._unreduced_criteria: set[str] | None = None
+
+    def unreduced_criteria(self) -> set[str]:
+        """Last name components of criteria built with ``reduction='none'``/``reduce=False``."""
+        if self._unreduced_criteria is None:
+            found = set()
+            for node in self.facts.function_of:
+                if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _keeps_dims(node.value):
+                    for target in node.targets:
+                        name = dotted_name(target)
+                        if name:
+                            found.add(name.rpartition(".")[2])
+            self._unreduced_criteria = found
+        return self._unreduced_criteria
+
+    def is_scalar(self, expr: ast.expr, func, depth: int = 0, seen: frozenset = frozenset()) -> bool:
+        if depth > _MAX_DEPTH:
+            return False
+        if isinstance(expr, ast.Call):
+            return self._scalar_call(expr)
+        if isinstance(expr, ast.Name):
+            return self._scalar_name(expr.id, func, depth, seen)
+        if isinstance(expr, ast.Attribute):
+            return loss_like_name(expr.attr)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            sides = [expr.left, expr.right]
+            numbers = [s for s in sides if isinstance(s, ast.Constant) and type(s.value) in (int, float)]
+            rest = [s for s in sides if s not in numbers]
+            return bool(rest) and all(self.is_scalar(s, func, depth + 1, seen) for s in rest)
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+            return self.is_scalar(expr.operand, func, depth + 1, seen)
+        return False
+
+    def _scalar_call(self, call: ast.Call) -> bool:
+        if _keeps_dims(call):
+            return False
+        callee = call.func
+        if isinstance(callee, ast.Attribute) and callee.attr in ("sum", "mean"):
+            if self.facts.qualname(callee) in _REDUCTIONS:  # torch.sum(x): one argument only
+                return len(call.args) == 1 and all(k.arg == "dtype" for k in call.keywords)
+            return not call.args and all(k.arg == "dtype" for k in call.keywords)
+        if self.facts.qualname(callee) in _FUNCTIONAL_LOSSES:
+            return True
+        if isinstance(callee, ast.Call):  # nn.MSELoss()(out, y)
+            return not _keeps_dims(callee) and self._criterion_name(callee.func)
+        return self._criterion_name(callee)
+
+    def _keeps_many(self, call: ast.Call) -> bool:
+        """Evidence that ``call`` returns one value per element, whatever the target's name."""
+        if _keeps_dims(call):
+            return True
+        callee = call.func
+        if isinstance(callee, ast.Attribute) and callee.attr in ("sum", "mean"):
+            return not self._scalar_call(call)  # a reduction over a dimension
+        name = dotted_name(callee)
+        return name is not None and name.rpartition(".")[2] in self.unreduced_criteria()
+
+    def _criterion_name(self, callee: ast.expr) -> bool:
+        name = dotted_name(callee)
+        if name is None:
+            return False
+        last = name.rpartition(".")[2]
+        if last in self.unreduced_criteria() or _NOT_SCALAR_NAME.search(last):
+            return False
+        return bool(_CRITERION.search(last))
+
+    def _scalar_name(self, name: str, func, depth: int, seen: frozenset) -> bool:
+        if _NOT_SCALAR_NAME.search(name) or name in seen:
+            return False
+        values = []
+        for stmt in self.facts.statements(func):
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+                values.append(stmt.value)
+            elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
+                if stmt.target.id == name and stmt.value is not None:
+                    values.append(stmt.value)
+            elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) and _binds(stmt, name):
+                return False  # bound by unpacking a loader/context: unknown shape
+        seen = seen | {name}
+        numbers = [v for v in values if isinstance(v, ast.Constant) and type(v.value) in (int, float)]
+        tensors = [v for v in values if v not in numbers]
+        if any(isinstance(v, ast.Call) and self._keeps_many(v) for v in tensors):
+            return False
+        if tensors and all(self.is_scalar(v, func, depth + 1, seen) for v in tensors):
+            return True
+        return loss_like_name(name)
+
+
+def _binds(stmt: ast.stmt, name: str) -> bool:
+    targets = [stmt.target] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [
+        i.optional_vars for i in stmt.items if i.optional_vars is not None
+    ]
+    return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+
+
+class DataIndexZero(Rule):
+    """
+    ## What it does
+    Finds `<scalar>.data[0]` where the base is a loss or a full reduction: a name assigned
+    from a criterion call (`criterion(...)`, `crit(...)`, `loss_fn(...)`, any callee whose
+    name contains `loss`), `F.*loss*`/`F.cross_entropy(...)`, `.sum()`/`.mean()` without a
+    dimension, sums of those, or a name containing `loss`, in code, f-strings and
+    `.format(...)` arguments alike.
+
+    ## Why is this bad?
+    Before PyTorch 0.4 a loss was a one-element tensor and `loss.data[0]` read its value.
+    Since 0.4 losses and full reductions are 0-dim tensors, and indexing one raises
+    `IndexError: invalid index of a 0-dim tensor. Use tensor.item()` (pinned in
+    `tests/facts/test_gf403_facts.py`). The logging line of every 2017 training loop now
+    crashes the first step.
+
+    ## Example
+    ```python
+    loss = criterion(output, target)
+    print("loss {:.4f}".format(loss.data[0]))
+    ```
+
+    ## Use instead
+    ```python
+    loss = criterion(output, target)
+    print("loss {:.4f}".format(loss.item()))
+    ```
+
+    ## Fix safety
+    Safe: `.data[0]` raises `IndexError` on a 0-dim tensor today, and `.item()` returns its
+    value as a Python number. Plain tensor indexing (`output.data[0]`, the first row of a
+    batch) is not flagged; neither are losses built with `reduction='none'`/`reduce=False`
+    (in the call, or where the criterion is assigned in the same file), reductions over a
+    dimension (`.sum(1)`), names that say "many values" (`losses`, `loss_per_sample`,
+    `loss_vec`), names bound by a `for`/`with` target, nor `loss.data[0][1]` (two indices:
+    not a scalar). The name heuristic is the risk: a one-element 1-D tensor named `*loss*`
+    gives a 0-dim tensor from `.data[0]` and a Python number from `.item()`.
+    """
+
+    code = "GF403"
+    name = "data-index-zero"
+    summary = "`loss.data[0]` raises IndexError on 0-dim tensors: use `loss.item()`"
+    fix_safety = FixSafety.SAFE
+    triggers = ("data",)
+
+    VALID = [
+        Valid("out = model(x)\nfirst = out.data[0]\n"),
+        Valid("def act(policy, state):\n    probs = policy(state)\n    return probs.data[0]\n"),
+        Valid("losses = criterion(out, y)\nfirst = losses.data[0]\n"),
+        Valid("import torch.nn as nn\ncrit = nn.NLLLoss(reduce=False)\nl = crit(out, y)\nprint(l.data[0])\n"),
+        Valid("import torch.nn.functional as F\nl = F.mse_loss(a, b, reduction='none')\nprint(l.data[0])\n"),
+        Valid("row_sum = x.sum(1)\nprint(row_sum.data[0])\n"),
+        Valid("loss = criterion(out, y)\nloss.data[0] = 0\n"),
+        Valid("loss = criterion(out, y)\nv = loss.data[1]\n"),
+        Valid("loss = criterion(out, y)\nv = loss.data[0][1]\n"),
+        Valid("value = critic(state)\nadv = reward - value.data[0]\n"),
+        Valid("for loss in per_gpu:\n    print(loss.data[0])\n"),
+        # the criterion is unreduced, whatever the result is called
+        Valid("import torch.nn as nn\nper_item = nn.NLLLoss(reduction='none')\nbatch_loss = per_item(out, y)\nv = batch_loss.data[0]\n"),
+        Valid("total_loss = scores.sum(dim=1)\nprint(total_loss.data[0])\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "loss = criterion(output, target)\nprint('loss {:.4f}'.format(loss.data[0]))  # log\n",
+            "loss = criterion(output, target)\nprint('loss {:.4f}'.format(loss.item()))  # log\n",
+        ),
+        Invalid(
+            "import torch.nn.functional as F\n\ndef test(out, y):\n"
+            "    return F.nll_loss(out, y, size_average=False).data[0]\n",
+            "import torch.nn.functional as F\n\ndef test(out, y):\n"
+            "    return F.nll_loss(out, y, size_average=False).item()\n",
+        ),
+        Invalid(
+            "def step(out, y):\n    err_real = self.crit(out, y)\n    err_fake = self.crit(fake, y0)\n    err = err_real + 0.5 * err_fake\n"
+            "    print(f\"err {err.data[0]:.3f}\")\n",
+            "def step(out, y):\n    err_real = self.crit(out, y)\n    err_fake = self.crit(fake, y0)\n    err = err_real + 0.5 * err_fake\n"
+            "    print(f\"err {err.item():.3f}\")\n",
+        ),
+        Invalid("mse = (a - b).pow(2).mean()\npsnr = 10 * log10(1 / mse.data[0])\n",
+                "mse = (a - b).pow(2).mean()\npsnr = 10 * log10(1 / mse.item())\n"),
+        Invalid("def log(self):\n    total += self.train_loss.data[0]\n",
+                "def log(self):\n    total += self.train_loss.item()\n"),
+        Invalid("import torch\ns = torch.sum(x)\nprint(s.data[ 0 ])\n", "import torch\ns = torch.sum(x)\nprint(s.item())\n"),
+    ]
+
+    def check(self, facts):
+        scalars = _Scalars(facts)
+        for node in facts.function_of:
+            if not (
+                isinstance(node, ast.Subscript)
+                and isinstance(node.ctx, ast.Load)
+                and isinstance(node.slice, ast.Constant)
+                and type(node.slice.value) is int
+                and node.slice.value == 0
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "data"
+            ):
+                continue
+            parent = facts.parents.get(node)
+            if isinstance(parent, ast.Subscript) and parent.value is node:
+                continue  # loss.data[0][1]: two indices, so not a scalar
+            base = node.value.value
+            if not scalars.is_scalar(base, facts.enclosing_function(node)):
+                continue
+            text = facts.segment(base)
+            yield self.report(
+                facts,
+                node,
+                f"`{text}.data[0]` raises IndexError on a 0-dim tensor (losses and full reductions "
+                f"are 0-dim since PyTorch 0.4): write `{text}.item()`",
+            )
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit
+
+        node = ctx.node_at(finding.span, cst.Subscript)
+        data = node.value
+        if not isinstance(data, cst.Attribute):
+            return None
+        item = cst.Call(func=cst.Attribute(value=data.value, attr=cst.Name("item")))
+        return [Edit(node, item.with_changes(lpar=node.lpar, rpar=node.rpar))]
+
+    @staticmethod
+    def contract():
+        # gradfix verify: "safe" because the original raises IndexError; the rewrite runs on.
+        from gradfix.verify.contract import Contract, ExceptionFixed
+
+        return Contract(
+            "the IndexError disappears", ("exception",), (ExceptionFixed("IndexError", "0-dim"),), downstream=True
+        )

@@ -1,0 +1,72 @@
+"""Torch facts GF403 (data-index-zero) relies on, checked on real torch (CPU)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+OUT, TARGET = torch.randn(4, 5), torch.tensor([0, 1, 2, 3])
+
+
+def _scalars():
+    x = torch.randn(4, 5, requires_grad=True)
+    yield nn.CrossEntropyLoss()(OUT, TARGET)
+    yield F.nll_loss(F.log_softmax(OUT, 1), TARGET)
+    yield F.mse_loss(x, torch.zeros(4, 5))
+    yield F.cross_entropy(OUT, TARGET)
+    yield F.binary_cross_entropy(torch.sigmoid(OUT), torch.rand(4, 5))
+    yield F.binary_cross_entropy_with_logits(OUT, torch.rand(4, 5))
+    yield F.kl_div(F.log_softmax(OUT, 1), F.softmax(OUT, 1), reduction="batchmean")
+    yield x.sum()
+    yield x.mean()
+    yield torch.sum(x)
+    yield torch.mean(x)
+    yield x.sum(dtype=torch.float64)
+    yield F.mse_loss(x, torch.zeros(4, 5)) + 0.5 * x.sum()
+
+
+@pytest.mark.parametrize("value", list(_scalars()), ids=lambda v: type(v.grad_fn).__name__)
+def test_losses_and_full_reductions_are_0_dim(value):
+    assert value.dim() == 0
+    with pytest.raises(IndexError, match="invalid index of a 0-dim tensor"):
+        value.data[0]
+    item = value.item()
+    assert isinstance(item, float) and item == value.detach().double().item()
+
+
+def test_kl_div_default_reduction_is_0_dim():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reduction="mean" warns about batchmean
+        assert F.kl_div(F.log_softmax(OUT, 1), F.softmax(OUT, 1)).dim() == 0
+
+
+def test_legacy_size_average_false_is_still_0_dim():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # size_average is deprecated
+        loss = F.nll_loss(F.log_softmax(OUT, 1), TARGET, size_average=False)
+    assert loss.dim() == 0
+
+
+def test_unreduced_losses_and_dim_reductions_are_indexable():
+    # Why these are not flagged: `.data[0]` is a real first element there.
+    per_sample = [
+        F.cross_entropy(OUT, TARGET, reduction="none"),
+        nn.NLLLoss(reduction="none")(F.log_softmax(OUT, 1), TARGET),
+        OUT.sum(1),
+        OUT.mean(dim=0),
+    ]
+    for value in per_sample:
+        assert value.dim() == 1 and value.data[0].dim() == 0
+        with pytest.raises(RuntimeError):
+            value.item()  # more than one element
+
+
+def test_legacy_reduce_false_keeps_one_value_per_sample():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert nn.CrossEntropyLoss(reduce=False)(OUT, TARGET).dim() == 1
