@@ -115,7 +115,9 @@ class FileFacts:
         self.source = source
         self.path = path
         self.tree = tree
-        self.lines = source.splitlines()
+        # Python's own line breaks only: str.splitlines() also splits at \f, \x1c, \u2028...,
+        # which would shift every later line against the ast's line numbers.
+        self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self.parents: dict[ast.AST, ast.AST] = {}
         self.scope_of_node: dict[ast.AST, Scope] = {}  # function/module node -> its scope
         self.function_of: dict[ast.AST, FunctionNode | None] = {}  # stmt/expr -> function
@@ -126,6 +128,9 @@ class FileFacts:
 
     # -- the one walk -------------------------------------------------------------------
     def _collect(self) -> None:
+        # The hot loop of report mode: identity checks on the node type and a cached list of
+        # child fields (no expression contexts, no plain-value fields) instead of
+        # ast.iter_child_nodes, which is several times slower.
         module_scope = Scope(self.tree)
         self.scope_of_node[self.tree] = module_scope
         stack: list[tuple[ast.AST, ast.AST | None, Scope, FunctionNode | None]] = [
@@ -133,53 +138,68 @@ class FileFacts:
         ]
         parents = self.parents
         function_of = self.function_of
+        calls, withs, functions = self.calls, self.withs, self.functions
+        push = stack.append
+        AST = ast.AST
         while stack:
             node, parent, scope, func = stack.pop()
             if parent is not None:
                 parents[node] = parent
             function_of[node] = func
-            inner_scope, inner_func = scope, func
-            if isinstance(node, SCOPE_TYPES):
-                if not isinstance(node, ast.Lambda):
+            kind = type(node)
+            if kind is ast.Name:
+                if type(node.ctx) is not ast.Load:
+                    scope.locals.add(node.id)
+                continue  # no children worth visiting
+            if kind is ast.Constant:
+                continue
+            if kind is ast.Call:
+                calls.append(node)
+            elif kind in _SCOPE_KINDS:
+                if kind is not ast.Lambda:
                     scope.locals.add(node.name)
-                    self.functions.append(node)
+                    functions.append(node)
                 inner_scope = Scope(node)
                 self.scope_of_node[node] = inner_scope
-                inner_func = node
                 args = node.args
                 for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
                     if a is not None:
                         inner_scope.locals.add(a.arg)
-            elif isinstance(node, ast.Call):
-                self.calls.append(node)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                self.withs.append(node)
-            elif isinstance(node, ast.Import):
+                # Decorators, defaults and annotations run in the enclosing scope.
+                for child in _children(node):
+                    if _inside_function_scope(node, child):
+                        push((child, node, inner_scope, node))
+                    else:
+                        push((child, node, scope, func))
+                continue
+            elif kind is ast.With or kind is ast.AsyncWith:
+                withs.append(node)
+            elif kind is ast.Import:
                 for alias in node.names:
                     if alias.asname:
                         scope.imports[alias.asname] = alias.name
                     else:
                         top = alias.name.split(".")[0]
                         scope.imports[top] = top
-            elif isinstance(node, ast.ImportFrom):
+            elif kind is ast.ImportFrom:
                 if node.module and not node.level:
                     for alias in node.names:
                         if alias.name != "*":
                             scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                scope.locals.add(node.id)
-            elif isinstance(node, ast.ClassDef):
+            elif kind is ast.ClassDef:
                 scope.locals.add(node.name)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
+            elif kind is ast.ExceptHandler and node.name:
                 scope.locals.add(node.name)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            elif kind is ast.Global or kind is ast.Nonlocal:
                 scope.globals.update(node.names)
-            for child in ast.iter_child_nodes(node):
-                # Decorators, defaults and annotations run in the enclosing scope.
-                if isinstance(node, SCOPE_TYPES) and not _inside_function_scope(node, child):
-                    stack.append((child, node, scope, func))
-                else:
-                    stack.append((child, node, inner_scope, inner_func))
+            for name in _child_fields(kind):
+                value = getattr(node, name, None)
+                if type(value) is list:
+                    for item in value:
+                        if isinstance(item, AST):
+                            push((item, node, scope, func))
+                elif isinstance(value, AST):
+                    push((value, node, scope, func))
 
     # -- positions ------------------------------------------------------------------------
     def char_col(self, line: int, byte_col: int) -> int:
@@ -198,7 +218,15 @@ class FileFacts:
         )
 
     def segment(self, node: ast.AST) -> str:
-        return ast.get_source_segment(self.source, node) or ""
+        """The source text of ``node`` (like ast.get_source_segment, without re-splitting the file)."""
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        if node.end_col_offset is None or not 0 <= first <= last < len(self.lines):
+            return ""
+        if first == last:
+            return self.lines[first].encode()[node.col_offset : node.end_col_offset].decode(errors="replace")
+        head = self.lines[first].encode()[node.col_offset :].decode(errors="replace")
+        tail = self.lines[last].encode()[: node.end_col_offset].decode(errors="replace")
+        return "\n".join([head, *self.lines[first + 1 : last], tail])
 
     # -- scopes and names -------------------------------------------------------------------
     def enclosing_function(self, node: ast.AST) -> FunctionNode | None:
@@ -306,7 +334,8 @@ class FileFacts:
                     out.extend(reversed(by_owner[current]))
                 elif isinstance(current, (ast.FunctionDef, ast.AsyncFunctionDef)) and child in current.body:
                     out.extend(reversed(by_owner[current]))
-            if isinstance(current, SCOPE_TYPES) and child in getattr(current, "body", ()):
+            body = getattr(current, "body", ())
+            if isinstance(current, SCOPE_TYPES) and (child in body if isinstance(body, list) else child is body):
                 break  # the mode inside a function comes from its caller, not the definition site
             child, current = current, self.parents.get(current)
         return out
@@ -375,6 +404,30 @@ class FileFacts:
 
     def line_text(self, line: int) -> str:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+
+
+_SCOPE_KINDS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
+# Fields that never hold child nodes worth visiting (names, flags, expression contexts).
+_NOT_CHILDREN = frozenset({"ctx", "id", "attr", "arg", "level", "module", "is_async", "kind", "conversion", "type_comment", "name"})
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NOT_CHILDREN)
+    return fields
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    out: list[ast.AST] = []
+    for name in _child_fields(type(node)):
+        value = getattr(node, name, None)
+        if type(value) is list:
+            out.extend(item for item in value if isinstance(item, ast.AST))
+        elif isinstance(value, ast.AST):
+            out.append(value)
+    return out
 
 
 def _inside_function_scope(func: FunctionNode, child: ast.AST) -> bool:

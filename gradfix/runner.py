@@ -40,7 +40,10 @@ def process_job(job: Job, want_fixes: bool) -> FileResult:
 
 
 def _process_star(args: tuple[Job, bool]) -> FileResult:
-    return process_job(*args)
+    result = process_job(*args)
+    if not result.findings and not result.changed:
+        result.old_source = None  # nothing refers to it: don't ship the file back to the parent
+    return result
 
 
 def run_jobs(
