@@ -366,11 +366,16 @@ class FileFacts:
         root = self.tree if func is None else func
         yield from _own_statements(getattr(root, "body", []))
 
+    @cached_property
+    def _nodes_by_function(self) -> dict[FunctionNode | None, list[ast.AST]]:
+        index: dict[FunctionNode | None, list[ast.AST]] = {}
+        for node, owner in self.function_of.items():
+            index.setdefault(owner, []).append(node)
+        return index
+
     def nodes_of(self, func: FunctionNode | None) -> Iterator[ast.AST]:
         """Every node whose nearest enclosing function is ``func``."""
-        for node, owner in self.function_of.items():
-            if owner is func:
-                yield node
+        yield from self._nodes_by_function.get(func, ())
 
     # -- data flow by name (within a function) --------------------------------------------
     def name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:
