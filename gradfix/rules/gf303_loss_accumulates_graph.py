@@ -1,0 +1,327 @@
+"""GF303 loss-accumulates-graph."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from gradfix.facts import dotted_name
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Option, Rule, Valid
+from gradfix.rules.gf301_prefer_inference_mode import is_within
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def _loops_around(facts, stmt: ast.stmt) -> list[ast.stmt]:
+    """Loops of the same function that hold ``stmt``, innermost first."""
+    loops = []
+    current = facts.parents.get(stmt)
+    while current is not None and not isinstance(current, _SCOPES):
+        if isinstance(current, _LOOPS):
+            loops.append(current)
+        current = facts.parents.get(current)
+    return loops
+
+
+def _backward_subject(receiver: ast.expr) -> tuple[str | None, bool]:
+    """The name whose graph ``<receiver>.backward()`` walks, and whether it is provably a
+    scalar (``.item()`` works on it): ``loss``, ``loss / k``, ``scaler.scale(loss)`` are;
+    ``loss.sum()`` names ``loss`` but says nothing about its shape."""
+    if isinstance(receiver, ast.Name):
+        return receiver.id, True
+    if isinstance(receiver, ast.BinOp) and isinstance(receiver.op, (ast.Div, ast.Mult)):
+        if isinstance(receiver.left, ast.Name):
+            return receiver.left.id, True
+    if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Attribute):
+        if receiver.func.attr == "scale" and len(receiver.args) == 1 and not receiver.keywords:
+            if isinstance(receiver.args[0], ast.Name):
+                return receiver.args[0].id, True
+        if not receiver.args and not receiver.keywords and isinstance(receiver.func.value, ast.Name):
+            return receiver.func.value.id, False
+    return None, False
+
+
+def _accumulated(stmt: ast.stmt) -> tuple[str, ast.expr] | None:
+    """``(acc, value)`` for ``acc += value`` / ``acc = acc + value`` / ``acc = value + acc``."""
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
+        acc = dotted_name(stmt.target)
+        return (acc, stmt.value) if acc else None
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        acc = dotted_name(stmt.targets[0])
+        value = stmt.value
+        if acc and isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+            if dotted_name(value.left) == acc:
+                return acc, value.right
+            if dotted_name(value.right) == acc:
+                return acc, value.left
+    return None
+
+
+def _operand_names(value: ast.expr) -> list[ast.Name]:
+    """Names added as they are (``loss``) or scaled (``loss * x.size(0)``, ``loss / n``)."""
+    if isinstance(value, ast.Name):
+        return [value]
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
+        sides = [value.left] if isinstance(value.op, ast.Div) else [value.left, value.right]
+        return [s for s in sides if isinstance(s, ast.Name)]
+    return []
+
+
+class LossAccumulatesGraph(Rule):
+    """
+    ## What it does
+    Finds `acc += loss` (or `acc = acc + loss`, `acc += loss * x.size(0)`) in a loop where
+    `loss` is `.backward()`ed in that same loop and `acc` itself is never backpropagated.
+
+    ## Why is this bad?
+    `loss` is a tensor with a graph; adding it to `acc` records an add node whose inputs point
+    back into every step's graph, so `acc.grad_fn` keeps the autograd nodes of all steps alive
+    and the chain grows with every iteration (pinned in `tests/facts/test_gf303_facts.py`). The
+    sum was only wanted for logging.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach()
+    ```
+
+    ## Fix safety
+    Safe by value with the default `style = "detach"`: `loss.detach()` has bitwise the same
+    value, dtype and device, so `acc` stays a tensor with the same values; it only stops
+    requiring grad and carrying a `grad_fn`. The rule does not fire when `acc` (or an
+    expression of it) is `.backward()`ed or passed to `torch.autograd.grad` in the function
+    (intentional accumulation), when a backward call uses `retain_graph`/`create_graph`, when
+    `loss` is rebound between its backward and the accumulation (`loss = loss.item()`), when
+    `acc` is reset inside the loop, or inside a `no_grad` region (no graph is recorded there).
+
+    Option `style = "item"` writes `loss.item()` instead: `acc` becomes a Python float, which
+    changes its type (`acc.item()`, `acc.cpu()` later raise) and syncs with the GPU on every
+    step, so that fix is unsafe. It is reported without a fix when `loss` is not provably a
+    scalar (`loss.sum().backward()`).
+    """
+
+    code = "GF303"
+    name = "loss-accumulates-graph"
+    summary = "Loss accumulated with its graph: every step's graph stays alive"
+    fix_safety = FixSafety.SAFE
+    triggers = ("backward",)
+    options = (
+        Option("style", ("detach", "item"), "`detach`: `loss.detach()` (safe); `item`: `loss.item()` (unsafe: a float)"),
+    )
+
+    VALID = [
+        # Intentional accumulation: the sum is backpropagated.
+        Valid(
+            "def train(model, batches, opt):\n    acc = 0\n    for x in batches:\n        loss = model(x).mean()\n"
+            "        acc += loss\n    acc.backward()\n    opt.step()\n"
+        ),
+        Valid(
+            "def train(model, batches, opt, aux):\n    acc = 0\n    for x in batches:\n        loss = model(x).mean()\n"
+            "        aux(x).backward()\n        acc = acc + loss\n    (acc / len(batches)).backward()\n"
+        ),
+        # `loss` is a float returned by a helper: never backwarded here.
+        Valid("def fit(loader):\n    loss_avg = 0\n    for b in loader:\n        loss = train_step(b)\n        loss_avg += loss\n"),
+        Valid(
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward()\n        total += loss.item()\n"
+        ),
+        Valid(
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward()\n        total += loss.detach()\n"
+        ),
+        # Rebound to a float after backward.
+        Valid(
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward()\n        loss = loss.item()\n        total += loss\n"
+        ),
+        # Reset every iteration: no graph outlives the step.
+        Valid(
+            "def fit(model, loader):\n    for x in loader:\n        total = 0\n        loss = model(x)\n"
+            "        loss.backward()\n        total += loss\n        log(total)\n"
+        ),
+        # Not in a loop.
+        Valid("def step(model, x, total):\n    loss = model(x)\n    loss.backward()\n    total += loss\n    return total\n"),
+        # Under no_grad no graph is recorded.
+        Valid(
+            "import torch\ndef fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward()\n        with torch.no_grad():\n            total += loss\n"
+        ),
+        Valid(
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.backward(retain_graph=True)\n        total += loss\n"
+        ),
+    ]
+    INVALID = [
+        Invalid(
+            "def fit(model, loader, opt):\n    running = 0.0\n    for x, y in loader:\n        loss = model(x, y)\n"
+            "        loss.backward()\n        opt.step()\n        running += loss  # for the log\n    return running\n",
+            "def fit(model, loader, opt):\n    running = 0.0\n    for x, y in loader:\n        loss = model(x, y)\n"
+            "        loss.backward()\n        opt.step()\n        running += loss.detach()  # for the log\n    return running\n",
+        ),
+        Invalid(
+            "def fit(model, loader, opt):\n    total = 0\n    for x, y in loader:\n        loss = model(x, y)\n"
+            "        (loss / 4).backward()\n        total = total + loss * x.size(0)\n",
+            "def fit(model, loader, opt):\n    total = 0\n    for x, y in loader:\n        loss = model(x, y)\n"
+            "        (loss / 4).backward()\n        total = total + loss.detach() * x.size(0)\n",
+        ),
+        Invalid(
+            "def fit(self, loader):\n    for x in loader:\n        loss = self.model(x)\n"
+            "        self.scaler.scale(loss).backward()\n        self.epoch_loss += loss\n",
+            "def fit(self, loader):\n    for x in loader:\n        loss = self.model(x)\n"
+            "        self.scaler.scale(loss).backward()\n        self.epoch_loss += loss.item()\n",
+            options={"style": "item"},
+        ),
+        # item style, loss not provably a scalar: reported, not fixed.
+        Invalid(
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.sum().backward()\n        total += loss\n",
+            None,
+            options={"style": "item"},
+        ),
+        Invalid(
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.sum().backward()\n        total += loss\n",
+            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        loss.sum().backward()\n        total += loss.detach()\n",
+        ),
+    ]
+
+    def check(self, facts):
+        backwards: dict = {}  # function -> [(call, subject, scalar)]
+        for mc in facts.method_calls:
+            if mc.method == "backward":
+                func = facts.function_of.get(mc.call)
+                subject, scalar = _backward_subject(mc.call.func.value)
+                backwards.setdefault(func, []).append((mc.call, subject, scalar))
+        if not backwards:
+            return
+        autograd_calls: dict = {}  # function -> calls of torch.autograd.grad/backward
+        for call in facts.calls:
+            if facts.call_qualname(call) in ("torch.autograd.grad", "torch.autograd.backward"):
+                autograd_calls.setdefault(facts.function_of.get(call), []).append(call)
+        for func in [None, *facts.functions]:
+            calls = backwards.get(func)
+            if not calls:
+                continue
+            if any(kw.arg in ("retain_graph", "create_graph") for call, _, _ in calls for kw in call.keywords):
+                continue
+            for stmt in facts.statements(func):
+                finding = self._check_statement(facts, stmt, calls, autograd_calls.get(func, []))
+                if finding is not None:
+                    yield finding
+
+    def _check_statement(self, facts, stmt, calls, autograd_calls):
+        accumulated = _accumulated(stmt)
+        if accumulated is None:
+            return None
+        acc, value = accumulated
+        loops = _loops_around(facts, stmt)
+        if not loops or facts.grad_mode_at(stmt) in ("disabled", "conditional"):
+            return None
+        if self._acc_is_differentiated(acc, [c.func.value for c, _, _ in calls] + autograd_calls):
+            return None
+        for name in _operand_names(value):
+            for loop in loops:
+                matches = [(c, scalar) for c, subject, scalar in calls if subject == name.id and is_within(facts, c, loop)]
+                if not matches:
+                    continue
+                call, scalar = matches[0]
+                if _rebound_between(loop, name.id, call, stmt) or _bound_elsewhere(loop, acc, stmt):
+                    return None
+                return self._report(facts, stmt, acc, name, scalar)
+        return None
+
+    @staticmethod
+    def _acc_is_differentiated(acc, exprs) -> bool:
+        """Whether ``acc`` appears in a ``.backward()`` receiver or an ``autograd.grad`` call."""
+        for expr in exprs:
+            for node in ast.walk(expr):
+                if isinstance(node, (ast.Name, ast.Attribute)) and dotted_name(node) == acc:
+                    return True
+        return False
+
+    def _report(self, facts, stmt, acc, name, scalar):
+        style = self.opts.get("style", "detach")
+        loss = name.id
+        if style == "item":
+            fix = FixSafety.UNSAFE if scalar else False
+            how = (
+                f"use `{loss}.item()` (unsafe: `{acc}` becomes a Python float)"
+                if scalar
+                else f"`{loss}` may not be a scalar, so `.item()` is not offered; use `{loss}.detach()`"
+            )
+        else:
+            fix, how = True, f"use `{loss}.detach()` (same value, no graph)"
+        return self.report(
+            facts,
+            stmt,
+            f"`{acc}` accumulates `{loss}` with its graph: every step's autograd graph stays alive; {how}",
+            fix=fix,
+            data=(facts.span(name), style),
+        )
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit
+
+        span, style = finding.data
+        node = ctx.node_at(span, cst.Name)
+        method = "item" if style == "item" else "detach"
+        return [Edit(node, cst.Call(func=cst.Attribute(value=node, attr=cst.Name(method))))]
+
+    @staticmethod
+    def contract():
+        # gradfix verify: "safe by value": the accumulator keeps its value but no graph
+        # (detach); with style=item it becomes a Python float (summed in float64).
+        from gradfix.verify.contract import Contract, NoGraphReturned, SameValues
+
+        return {
+            "detach": Contract(
+                "same values; the accumulator holds no graph",
+                may_differ=("*: returned*.requires_grad",),
+                expect=(NoGraphReturned("train"),),
+            ),
+            "item": Contract(
+                "the accumulator becomes a float (rtol 1e-6)",
+                may_differ=("*: returned*",),
+                expect=(SameValues("train", 1e-6),),
+            ),
+        }
+
+
+def _position(node: ast.AST) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _rebound_between(loop: ast.AST, name: str, a: ast.AST, b: ast.AST) -> bool:
+    """Whether ``name`` is bound (or deleted) inside ``loop`` between ``a`` and ``b``."""
+    lo, hi = sorted((_position(a), _position(b)))
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if lo < _position(node) < hi:
+                return True
+    return False
+
+
+def _bound_elsewhere(loop: ast.AST, acc: str, stmt: ast.stmt) -> bool:
+    """Whether ``acc`` is (re)bound inside ``loop`` by a statement other than ``stmt``."""
+    own = stmt.target if isinstance(stmt, ast.AugAssign) else stmt.targets[0]
+    for node in ast.walk(loop):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if node is not own and dotted_name(node) == acc:
+                return True
+    return False

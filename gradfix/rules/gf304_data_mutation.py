@@ -1,0 +1,300 @@
+"""GF304 data-mutation."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rules.gf301_prefer_inference_mode import source_of
+from gradfix.rules.gf302_eval_without_no_grad import alone_on_its_lines, statement_block, torch_reachable, wrap_in_no_grad
+
+# Tensor methods that overwrite values in place. Shape/storage changers (`resize_`, `set_`,
+# `t_`, `squeeze_`...) are left out: they behave differently on a tensor that requires grad.
+_INPLACE = frozenset(
+    """
+    copy_ add_ sub_ mul_ div_ zero_ fill_ clamp_ clamp_min_ clamp_max_ clip_ normal_ uniform_
+    bernoulli_ exponential_ geometric_ cauchy_ log_normal_ random_ masked_fill_ masked_scatter_
+    index_fill_ index_copy_ index_add_ index_put_ scatter_ scatter_add_ addcmul_ addcdiv_ lerp_
+    pow_ sqrt_ rsqrt_ exp_ log_ neg_ abs_ sign_ floor_ ceil_ round_ trunc_ fmod_ remainder_ renorm_
+    sigmoid_ tanh_ relu_ fill_diagonal_ addmm_ addmv_ addr_ baddbmm_ addbmm_ mean_ reciprocal_
+    """.split()
+)
+# Receivers that are surely parameters, buffers or gradients (by the usual names).
+_PARAM_NAME = re.compile(r"param|weight|bias|grad|theta|running_(mean|var)|^(p|w|W|b)\d*$", re.IGNORECASE)
+# A for-loop over these is a loop over parameters.
+_PARAM_SOURCE = re.compile(r"param|weight|buffers\(|state_dict\(")
+# Receivers whose `.data` is an ordinary attribute (a dataset, a PackedSequence, `self.data`).
+_NOT_A_TENSOR = re.compile(r"^(self|cls)$|data|set$|batch|packed|loader|sample|record", re.IGNORECASE)
+
+
+def _last_name(expr: ast.expr) -> str | None:
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    if isinstance(expr, ast.Name):
+        return expr.id
+    return None
+
+
+def _data_attribute(expr: ast.expr) -> ast.Attribute | None:
+    """``X.data`` under ``X.data`` / ``X.data[i]`` / ``X.data[i][j]``."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Attribute) and expr.attr == "data":
+        return expr
+    return None
+
+
+def _written_data(stmt: ast.stmt) -> ast.Attribute | None:
+    """The ``X.data`` that ``stmt`` writes through, if it does."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        expr = stmt.value
+        inplace = 0
+        while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _INPLACE:
+            expr, inplace = expr.func.value, inplace + 1
+        return _data_attribute(expr) if inplace else None
+    if isinstance(stmt, ast.AugAssign):
+        return _data_attribute(stmt.target)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
+        # `w.data[i] = v` writes; `w.data = w.data[:, keep]` rebinds (a shape change): not flagged.
+        return _data_attribute(stmt.targets[0])
+    return None
+
+
+def _loop_over_parameters(facts, name: str, at: ast.AST) -> bool:
+    """Whether ``name`` is bound by a ``for`` over something parameter-like in the same function."""
+    func = facts.enclosing_function(at)
+    for stmt in facts.statements(func):
+        if isinstance(stmt, (ast.For, ast.AsyncFor)) and any(
+            isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.target)
+        ):
+            if _PARAM_SOURCE.search(source_of(facts, stmt.iter)):
+                return True
+    return False
+
+
+def _receiver_kind(facts, receiver: ast.expr) -> str:
+    """``param`` (fix it), ``unknown`` (report only) or ``other`` (stay silent)."""
+    name = _last_name(receiver)
+    if name is None:
+        return "unknown"
+    if _PARAM_NAME.search(name):
+        return "param"
+    if _NOT_A_TENSOR.search(name):
+        return "other"
+    if isinstance(receiver, ast.Name) and _loop_over_parameters(facts, name, receiver):
+        return "param"
+    return "unknown"
+
+
+class DataMutation(Rule):
+    """
+    ## What it does
+    Finds in-place writes through `.data`: `p.data.copy_(..)`, `p.data.add_(..)`,
+    `p.data.mul_(..)`, `p.data.zero_()`, `p.data.normal_(..)`, `p.data[i] = v`,
+    `p.data -= lr * g`, on parameters, buffers and gradients.
+
+    ## Why is this bad?
+    `.data` is an alias that autograd does not track: writes through it skip the version
+    counter, so if the tensor was saved for a backward pass, that backward silently uses the
+    new values and computes wrong gradients instead of raising (pinned in
+    `tests/facts/test_gf304_facts.py`). `with torch.no_grad():` plus the tensor itself is the
+    supported way to update parameters.
+
+    ## Example
+    ```python
+    for p in model.parameters():
+        p.data.add_(p.grad, alpha=-lr)
+    m.weight.data.normal_(0, 0.02)
+    m.bias.data.zero_()
+    ```
+
+    ## Use instead
+    ```python
+    for p in model.parameters():
+        with torch.no_grad():
+            p.add_(p.grad, alpha=-lr)
+    with torch.no_grad():
+        m.weight.normal_(0, 0.02)
+        m.bias.zero_()
+    ```
+
+    ## Fix safety
+    Unsafe: the version counter now applies, so code that overwrote a tensor that a pending
+    backward had saved now raises `RuntimeError: ... modified by an inplace operation` instead
+    of silently computing wrong gradients. In the ordinary case (an optimizer step, weight
+    init, a target-network copy) the values are the same. Consecutive writes go into one
+    `with` block (one finding for the run); inside an existing grad-disabled region `.data`
+    is just dropped. Only receivers that are surely tensors with autograd state (names like
+    `param`, `weight`, `bias`, `grad`, `p`, `w`, or a loop over `.parameters()`) are fixed;
+    other receivers are reported without a fix, and those whose `.data` is usually an
+    ordinary attribute (`self.data`, `dataset.data`, a `PackedSequence`) are not reported.
+    Rebinding `.data` (`w.data = w.data[:, keep]`, a shape change) and reading it are not
+    flagged.
+    """
+
+    code = "GF304"
+    name = "data-mutation"
+    summary = "In-place write through `.data` bypasses autograd's checks"
+    fix_safety = FixSafety.UNSAFE
+    triggers = (".data",)
+
+    VALID = [
+        Valid("def prune(w, keep):\n    w.data = w.data[:, keep]\n"),
+        Valid("def show(x):\n    print(x.data.cpu().numpy())\n    y = x.data[0]\n"),
+        Valid("def log(loss):\n    return loss.data[0]\n"),
+        Valid("def f(p):\n    q = p.data.clone().add_(1)\n    return q\n"),
+        Valid("import torch\ndef f(p, v):\n    with torch.no_grad():\n        p.copy_(v)\n"),
+        # `.data` as an ordinary attribute.
+        Valid("class Buf:\n    def reset(self):\n        self.data.zero_()\n"),
+        Valid("def norm(train_set):\n    train_set.data.sub_(0.5).div_(0.5)\n"),
+        Valid("def f(packed):\n    packed.data.mul_(2)\n"),
+    ]
+    INVALID = [
+        Invalid(
+            "import torch\n\ndef sgd(model, lr):\n    for p in model.parameters():\n"
+            "        p.data.add_(-lr, p.grad.data)  # old signature kept\n",
+            "import torch\n\ndef sgd(model, lr):\n    for p in model.parameters():\n"
+            "        with torch.no_grad():\n            p.add_(-lr, p.grad.data)  # old signature kept\n",
+        ),
+        Invalid(
+            "import torch as T\n\ndef init(m):\n    # DCGAN init\n    m.weight.data.normal_(1.0, 0.02)\n"
+            "    m.bias.data.fill_(0)\n    print(m)\n",
+            "import torch as T\n\ndef init(m):\n    # DCGAN init\n    with T.no_grad():\n        m.weight.normal_(1.0, 0.02)\n"
+            "        m.bias.fill_(0)\n    print(m)\n",
+        ),
+        Invalid(
+            "import torch\n@torch.no_grad()\ndef step(params, lr):\n    for p in params:\n        p.data -= lr * p.grad\n"
+            "        p.grad.data.zero_()\n",
+            "import torch\n@torch.no_grad()\ndef step(params, lr):\n    for p in params:\n        p -= lr * p.grad\n"
+            "        p.grad.zero_()\n",
+            count=2,
+        ),
+        Invalid(
+            "def soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
+            "        t.data.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
+            "import torch\n\ndef soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
+            "        with torch.no_grad():\n            t.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
+        ),
+        Invalid(
+            "import torch\ndef mask(weight, idx):\n    weight.data[idx] = 0\n",
+            "import torch\ndef mask(weight, idx):\n    with torch.no_grad():\n        weight[idx] = 0\n",
+        ),
+        # Receiver of unknown kind: reported without a fix.
+        Invalid("def f(h):\n    h.data.zero_()\n", None),
+        # `torch` is a local here: reported without a fix.
+        Invalid("def f(p, torch):\n    p.data.zero_()\n", None),
+        # A one-line `if`: reported without a fix.
+        Invalid("def f(p, reset):\n    if reset: p.data.zero_()\n", None),
+    ]
+
+    def check(self, facts):
+        from gradfix.engine import _suppressed  # the engine's own reading of ignore comments
+
+        to_wrap: list[tuple[ast.stmt, ast.Attribute]] = []
+        for func in [None, *facts.functions]:
+            for stmt in facts.statements(func):
+                attr = _written_data(stmt)
+                if attr is None:
+                    continue
+                kind = _receiver_kind(facts, attr.value)
+                if kind == "other":
+                    continue
+                receiver = source_of(facts, attr.value)
+                disabled = facts.grad_mode_at(stmt) == "disabled"
+                wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt)
+                if kind == "param" and not disabled and wrappable:
+                    if not _suppressed(self.report(facts, stmt, ""), facts.lines):
+                        to_wrap.append((stmt, attr))
+                    continue
+                fixable = kind == "param" and disabled
+                yield self.report(
+                    facts,
+                    stmt,
+                    self._message(receiver, disabled if fixable else None),
+                    fix=fixable,
+                    data=("drop", facts.span(attr)) if fixable else None,
+                )
+        yield from self._runs(facts, to_wrap)
+
+    def _runs(self, facts, to_wrap):
+        """One finding per run of consecutive statements of one block: one `with` for all."""
+        runs: list[list[tuple[ast.stmt, ast.Attribute]]] = []
+        previous = None
+        for stmt, attr in to_wrap:  # in source order, function by function
+            block = statement_block(facts, stmt)
+            body = getattr(*block) if block else []
+            index = next((i for i, s in enumerate(body) if s is stmt), None)
+            if runs and previous is not None and block == previous[0] and index == previous[1] + 1:
+                runs[-1].append((stmt, attr))
+            else:
+                runs.append([(stmt, attr)])
+            previous = (block, index)
+        for run in runs:
+            first = run[0][0]
+            receivers = ", ".join(dict.fromkeys(f"`{source_of(facts, a.value)}`" for _, a in run))
+            message = self._message(receivers, False)
+            if len(run) > 1:
+                message += f" ({len(run)} writes, lines {first.lineno}-{run[-1][0].end_lineno})"
+            yield self.report(
+                facts,
+                first,
+                message,
+                data=("wrap", tuple((facts.span(s), facts.span(a)) for s, a in run)),
+            )
+
+    @staticmethod
+    def _message(receiver: str, disabled: bool | None) -> str:
+        if not receiver.startswith("`"):
+            receiver = f"`{receiver}`"
+        text = f"in-place write through `.data` of {receiver} bypasses autograd's version checks"
+        if disabled is None:
+            return text + "; update the tensor itself inside `with torch.no_grad():`"
+        if disabled:
+            how = "drop `.data` (already in a grad-disabled region)"
+        else:
+            how = "write to the tensor itself inside `with torch.no_grad():`"
+        return (
+            f"{text}; {how}. Unsafe: code that overwrote a tensor saved for backward now raises "
+            "instead of silently computing wrong gradients"
+        )
+
+    def fix(self, finding, ctx):
+        from gradfix.fixer import Edit
+
+        mode, spans = finding.data
+        if mode == "drop":
+            attr = ctx.node_at(spans, cst.Attribute)
+            return [Edit(attr, attr.value)]
+        targets = {ctx.node_at(attr_span, cst.Attribute) for _, attr_span in spans}
+        drop = _DropData(targets)
+        return wrap_in_no_grad(ctx, [stmt_span for stmt_span, _ in spans], lambda s: s.visit(drop))
+
+    @staticmethod
+    def contract():
+        # gradfix verify: values unchanged; autograd's version check may now raise where the
+        # original silently overwrote a tensor saved for backward.
+        from gradfix.verify.contract import Contract, NewErrorOnly
+
+        return Contract(
+            "values unchanged; overwriting a saved tensor now raises",
+            may_differ=("exception",),
+            expect=(NewErrorOnly("RuntimeError", "modified by an inplace operation"),),
+            downstream=True,
+        )
+
+
+class _DropData(cst.CSTTransformer):
+    """``X.data`` -> ``X`` for the given original ``Attribute`` nodes."""
+
+    def __init__(self, targets):
+        super().__init__()
+        self.targets = targets
+
+    def leave_Attribute(self, original_node, updated_node):
+        return updated_node.value if original_node in self.targets else updated_node

@@ -1,0 +1,82 @@
+"""PyTorch facts GF304 (data-mutation) relies on, checked on real torch."""
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _param():
+    return torch.nn.Parameter(torch.tensor([1.0, 2.0, 3.0]))
+
+
+def test_data_mutation_bypasses_the_version_counter_and_gives_wrong_grads_silently():
+    p = _param()
+    y = (p * p).sum()  # saves p for backward; d/dp = 2 * p_old = [2, 4, 6]
+    p.data.mul_(10)
+    assert p._version == 0
+    y.backward()  # no error...
+    assert torch.equal(p.grad, 2 * p.detach())  # ...but computed from the new values
+    assert not torch.equal(p.grad, torch.tensor([2.0, 4.0, 6.0]))
+
+
+def test_no_grad_mutation_bumps_the_version_so_backward_raises():
+    """Why the fix is unsafe: the silent wrong gradient becomes an error."""
+    p = _param()
+    y = (p * p).sum()
+    with torch.no_grad():
+        p.mul_(10)
+    assert p._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_no_grad_in_place_on_a_leaf_works_and_keeps_it_a_leaf():
+    p = _param()
+    with torch.no_grad():
+        p.mul_(2)
+        p.zero_()
+        p.fill_(1.5)
+    assert p.is_leaf and p.requires_grad and p.grad_fn is None
+    assert torch.equal(p.detach(), torch.full((3,), 1.5))
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        p.mul_(2)  # without no_grad: why the fix adds the `with`
+
+
+def _sgd_step(through_data):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    target = torch.nn.Linear(4, 2)
+    model(torch.randn(3, 4)).pow(2).sum().backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the deprecated add_(alpha, other)
+        for p, t in zip(model.parameters(), target.parameters()):
+            if through_data:
+                p.data.add_(-0.1, p.grad.data)
+                p.data[0] = 0.5
+                p.data -= 0.01 * p.grad
+                t.data.copy_(0.9 * t.data + 0.1 * p.data)
+                p.grad.data.zero_()
+            else:
+                with torch.no_grad():
+                    p.add_(-0.1, p.grad.data)
+                    p[0] = 0.5
+                    p -= 0.01 * p.grad
+                    t.copy_(0.9 * t.data + 0.1 * p.data)
+                    p.grad.zero_()
+    return [x.detach().clone() for x in (*model.parameters(), *target.parameters())], model
+
+
+def test_optimizer_style_updates_give_the_same_values_after_the_fix():
+    before, _ = _sgd_step(through_data=True)
+    after, model = _sgd_step(through_data=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
+    assert all(p.is_leaf and p.requires_grad and isinstance(p, torch.nn.Parameter) for p in model.parameters())
+
+
+def test_rebinding_data_changes_the_shape_which_no_grad_in_place_cannot():
+    """`w.data = w.data[:, keep]` is not a write GF304 can rewrite."""
+    w = torch.nn.Parameter(torch.ones(2, 4))
+    w.data = w.data[:, :2]
+    assert w.shape == (2, 2)

@@ -1,0 +1,10 @@
+from torch import nn as tnn
+import torch as T
+
+
+def reset_parameters(self):
+    stdv = 1.0 / self.hidden_size ** 0.5
+    for weight in self.parameters():
+        weight.data.uniform_(-stdv, stdv)
+    with T.no_grad():
+        self.bias.data.zero_()  # already grad-disabled: only `.data` goes
