@@ -68,6 +68,9 @@ class Rule:
     #: (cheap pre-filter, so most files of a big tree are never walked). Empty: always run.
     triggers: ClassVar[tuple[str, ...]] = ()
     options: ClassVar[tuple[Option, ...]] = ()
+    #: What `gradfix verify` must observe when fixture models run before/after the fix (see
+    #: gradfix/verify/contract.py). None: derived from fix_safety (safe: every observable equal).
+    contract: ClassVar[Any] = None
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 

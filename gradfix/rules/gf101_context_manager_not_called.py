@@ -86,3 +86,12 @@ class ContextManagerNotCalled(Rule):
 
         node = ctx.node_at(finding.span, cst.BaseExpression)
         return [Edit(node, cst.Call(func=node))]
+
+    @staticmethod
+    def contract():
+        # gradfix verify: the TypeError disappears; the code after it now runs.
+        from gradfix.verify.contract import Contract, ExceptionFixed
+
+        return Contract(
+            "the TypeError disappears", ("exception",), (ExceptionFixed("TypeError", "context manager"),), downstream=True
+        )
