@@ -87,9 +87,12 @@ def read_scenario(path: Path) -> Scenario | None:
 
 
 def shipped_fixtures() -> Path | None:
-    """The repository's ``fixtures/`` folder (next to the ``gradfix`` package), if present."""
-    here = Path(__file__).resolve().parent.parent.parent / "fixtures"
-    return here if here.is_dir() else None
+    """The repository's ``fixtures/`` folder: next to the ``gradfix`` package (a checkout or an
+    editable install), else ``./fixtures`` (a checkout after ``pip install .``)."""
+    for candidate in (Path(__file__).resolve().parent.parent.parent / "fixtures", Path.cwd() / "fixtures"):
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 def discover(paths: list[Path]) -> list[Scenario]:
