@@ -119,3 +119,14 @@ def test_pre_commit_hooks_file_names_real_commands(capsys):
     assert entries == ["gradfix check", "gradfix check --apply"]
     code, _, _ = run_cli(["check", "--help"], capsys)
     assert code in (0, None)
+
+
+def test_readme_rule_table_lists_every_rule():
+    from gradfix.rules import all_rules
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    for rule in all_rules():
+        safety = rule.fix_safety.value if rule.fix_safety else "none"
+        row = next((line for line in readme.splitlines() if line.startswith(f"| {rule.code} | {rule.name} |")), None)
+        assert row is not None, f"README lacks a row for {rule.code}"
+        assert f"| {safety}" in row and ("| yes |" if rule.default_enabled else "| no |") in row
