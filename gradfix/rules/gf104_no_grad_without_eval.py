@@ -44,6 +44,13 @@ CALLER_OWNS_MODE = re.compile(r"^(forward|__call__|on_\w+|\w+_step|\w+_epoch_(en
 # Batch-norm recalibration runs the model in train mode under no_grad on purpose.
 RECALIBRATION = re.compile(r"(^|_)(bn|batch_?norm|calib\w*|recalib\w*|swa)(_|$)", re.IGNORECASE)
 EVALISH = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|val|valid|test|infer|inference|predict)", re.I)
+# Reinforcement learning: choosing actions under no_grad is part of training (rollouts,
+# exploration with noisy layers or dropout), not an evaluation, and its mode is the caller's.
+ACTING = re.compile(r"(^|_)(act|acts|action|actions|explore|exploration|rollout|rollouts|collect)(_|$)", re.I)
+ENV_LIKE = re.compile(r"env", re.I)
+# GAN generators sample in training mode on purpose (pix2pix keeps dropout as noise; with
+# instance norm tracking running stats, `.eval()` makes the images worse): not evaluation.
+GENERATOR = re.compile(r"^(G|G_?[A-Z0-9]\w*|G_\w+|netG\w*|net_?[gG]|g_ema|gen|gen_\w+|\w*[gG]enerator\w*)$")
 
 
 def pos(node: ast.AST) -> tuple[int, int]:
@@ -163,11 +170,30 @@ def steps_optimizer(facts: FileFacts, scope) -> bool:
     return any(is_optimizer_step(c) for c in own_calls(facts, scope))
 
 
+def owner_class(facts: FileFacts, node: ast.AST) -> ast.ClassDef | None:
+    """The class whose method (or a def nested in one) holds ``node``; None outside classes."""
+    current = facts.parents.get(node)
+    while current is not None:
+        if isinstance(current, ast.ClassDef):
+            return current
+        current = facts.parents.get(current)
+    return None
+
+
+def same_object(facts: FileFacts, name: str, a: ast.AST, b: ast.AST) -> bool:
+    """Whether ``name`` at ``a`` and at ``b`` can be one object: `self.model` in two classes is not."""
+    if name.split(".", 1)[0] not in ("self", "cls"):
+        return True
+    return owner_class(facts, a) is owner_class(facts, b)
+
+
 def forward_target(facts: FileFacts, call: ast.Call) -> str | None:
     """Dotted name of the callee when the call can run a module's forward, else None."""
     name = dotted_name(call.func)
     if name is None:
         return None
+    if not call.args and not call.keywords:
+        return None  # `model.get_classifier()`, `net.reset_noise()`: a forward takes inputs
     parts = name.split(".")
     if any(p in NOT_FORWARD for p in parts[1:]):
         return None
@@ -176,12 +202,19 @@ def forward_target(facts: FileFacts, call: ast.Call) -> str | None:
     return name
 
 
-def trained_names(facts: FileFacts) -> set[str]:
-    """Dotted names the file trains or switches: `.train()` on it, or a training scope calls it."""
+def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
+    """Dotted names the file trains or switches, each with the nodes that show it.
+
+    Evidence: `.train()` on the name, or a training scope (`.backward()`/optimizer step) that
+    calls it. The nodes let callers tell `self.model` of one class from another's.
+    """
     cache = facts.__dict__.get("_gf104_trained")
     if cache is not None:
         return cache
-    names = {s.receiver for s in switches(facts) if s.call.func.attr == "train" and _modeish(s)}
+    evidence: dict[str, list[ast.AST]] = {}
+    for s in switches(facts):
+        if s.call.func.attr == "train" and _modeish(s):
+            evidence.setdefault(s.receiver, []).append(s.call)
     module_like = {m.receiver for m in facts.method_calls if m.method in MODULE_USES and m.receiver}
     module_like |= {s.receiver for s in switches(facts)}
     for scope in [None, *facts.functions]:
@@ -194,10 +227,92 @@ def trained_names(facts: FileFacts) -> set[str]:
             if name.endswith(".forward"):
                 name = name[: -len(".forward")]
             if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
-                names.add(name)
-    names.discard("self")
-    facts.__dict__["_gf104_trained"] = names
-    return names
+                evidence.setdefault(name, []).append(call)
+    evidence.pop("self", None)
+    facts.__dict__["_gf104_trained"] = evidence
+    return evidence
+
+
+def trained_names(facts: FileFacts) -> set[str]:
+    """Dotted names the file trains or switches: `.train()` on it, or a training scope calls it."""
+    return set(trained_evidence(facts))
+
+
+def _mode_api(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
+    """The class of ``func`` has its own `train`/`eval` methods that switch the module: its
+    users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods."""
+    cls = owner_class(facts, func)
+    if cls is None:
+        return False
+    for method in cls.body:
+        if isinstance(method, FUNCTIONS) and method.name in ("train", "eval"):
+            if any(any(related(s.receiver, n) for n in names) for s in own_switches(facts, method)):
+                return True
+    return False
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*map(_bound_names, target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return set()
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _feeds_training(facts: FileFacts, func) -> bool:
+    """``func``'s result is a training input: a caller passes it on to a training function of
+    this file or into the tensor it `.backward()`s (RL targets, teacher outputs, pseudo-labels).
+    The mode of that computation is the training's, not an evaluation's."""
+    training = {f.name for f in facts.functions if calls_backward(facts, f) or steps_optimizer(facts, f)}
+    for call in facts.calls:
+        if not _called_by_name(facts, call, func.name) or facts.function_of.get(call) is func:
+            continue
+        stmt = facts.parents.get(call)
+        if not isinstance(stmt, ast.Assign) or stmt.value is not call:
+            continue
+        produced = set().union(*map(_bound_names, stmt.targets))
+        if not produced:
+            continue
+        scope = facts.function_of.get(call)
+        for later in own_calls(facts, scope):
+            if pos(later) <= pos(call):
+                continue
+            read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
+            if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
+                read |= _names_in(later.func.value)
+            elif _callee(later) not in training:
+                continue
+            if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
+                return True
+    return False
+
+
+def _callee(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _acting(facts: FileFacts, func) -> bool:
+    """Reinforcement-learning action selection: an `act`-like name, or it steps an environment."""
+    if ACTING.search(func.name):
+        return True
+    for call in own_calls(facts, func):
+        f = call.func
+        if isinstance(f, ast.Attribute) and f.attr == "step":
+            receiver = dotted_name(f.value) or ""
+            if ENV_LIKE.search(receiver.rsplit(".", 1)[-1]):
+                return True
+    return False
 
 
 @dataclass
@@ -292,7 +407,7 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
     cached = facts.__dict__.get("_gf104_gaps")
     if cached is not None:
         return cached
-    trained = trained_names(facts)
+    trained = trained_evidence(facts)
     gaps: dict[ast.AST, EvalGap] = {}
     if trained:
         for call in facts.calls:
@@ -304,8 +419,10 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
                 continue
             parts = target.split(".")
             prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-            module = next((p for p in prefixes if p in trained), None)
-            if module is None:
+            module = next(
+                (p for p in prefixes if any(same_object(facts, p, call, e) for e in trained.get(p, ()))), None
+            )
+            if module is None or GENERATOR.match(module.rsplit(".", 1)[-1]):
                 continue
             region = _outer_disabled_region(facts, call)
             if region is None:
@@ -314,7 +431,11 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
                 continue
             if calls_backward(facts, func) or steps_optimizer(facts, func):
                 continue
+            if _acting(facts, func) or _feeds_training(facts, func):
+                continue
             names = (module, target)
+            if _mode_api(facts, func, names):
+                continue
             if _managed_in_function(facts, func, names, call):
                 continue
             if _managed_by_enclosing(facts, func, names) or _managed_by_caller(facts, func, names):
@@ -386,7 +507,14 @@ class NoGradWithoutEval(Rule):
     `.train()` on it, or calls it in a function that runs `.backward()`/`optimizer.step()`),
     so the module really is in training mode when the evaluation runs. Functions whose caller
     owns the mode (`forward`, `validation_step`/`test_step`/`predict_step` and other `*_step`
-    functions, `on_*` hooks, LightningModule methods) are left alone.
+    functions, `on_*` hooks, LightningModule methods, methods of a class that has its own
+    `train()`/`eval()` methods for that module) are left alone, and so is reinforcement-learning
+    action selection (an `act`/`select_action`/`rollout`-like function, or one that steps an
+    environment): acting under `no_grad` is part of training there (exploration through noisy
+    layers or dropout), and so is sampling from a GAN generator (`G`, `netG`, `generator`):
+    GANs often sample in training mode on purpose (pix2pix keeps dropout as noise; instance
+    norm with running statistics gives worse images in eval mode). A call without arguments (`model.get_classifier()`) is no forward, and
+    `self.model` in one class is not `self.model` in another.
 
     ## Why is this bad?
     `no_grad` only stops graph recording; it does not change how layers behave. `model.eval()`
@@ -482,6 +610,48 @@ class NoGradWithoutEval(Rule):
         Valid("import torch\n" + _TRAIN + "\ndef ev(model, x):\n    with torch.no_grad():  # noqa: GF104\n        return model(x)\n"),
         # submodule switched by hand: the author manages modes
         Valid("import torch\n" + _TRAIN + "\ndef ev(model, x):\n    model.encoder.eval()\n    with torch.no_grad():\n        return model(x)\n"),
+        # scaling the head at initialisation: `get_classifier()` takes no input, it is no forward
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef build(model, scale):\n    with torch.no_grad():\n"
+            "        model.get_classifier().weight.mul_(scale)\n"
+        ),
+        # reinforcement learning: acting under no_grad is part of training (noisy exploration)
+        Valid(
+            "import torch\nclass Agent:\n    def act(self, state):\n        with torch.no_grad():\n"
+            "            return self.net(state).argmax(1).item()\n\n    def learn(self, s, y):\n"
+            "        self.net.zero_grad()\n        (self.net(s) - y).pow(2).mean().backward()\n        self.opt.step()\n"
+        ),
+        # a rollout loop steps an environment with actions chosen under no_grad
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef main(agent, envs, obs, opt):\n    for update in range(10):\n"
+            "        for step in range(128):\n            with torch.no_grad():\n                action = agent(obs)\n"
+            "            obs, reward, done, info = envs.step(action)\n        train(agent, obs, opt)\n"
+        ),
+        # the class has its own train()/eval() methods: its users set the mode through them
+        Valid(
+            "import torch\nclass Agent:\n    def q_value(self, s):\n        with torch.no_grad():\n"
+            "            return self.online(s).max(1)[0]\n\n    def learn(self, s, y):\n"
+            "        (self.online(s) - y).pow(2).mean().backward()\n        self.opt.step()\n\n"
+            "    def train(self):\n        self.online.train()\n\n    def eval(self):\n        self.online.eval()\n"
+        ),
+        # a GAN generator sampled under no_grad: train-mode sampling is usual and deliberate
+        Valid(
+            "import torch\nclass Solver:\n    def train(self, x, z):\n        self.G.train()\n"
+            "        self.D(self.G(z)).mean().backward()\n        self.g_opt.step()\n\n    def test(self, z):\n"
+            "        with torch.no_grad():\n            return self.G(z)\n"
+        ),
+        # the result is a training target (an RL bootstrap target, a teacher's output)
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef calc_target(q, s, r):\n    with torch.no_grad():\n"
+            "        return r + 0.99 * q(s).max(1)[0]\n\ndef update(q, s, r, opt):\n    target = calc_target(q, s, r)\n"
+            "    loss = (q(s).max(1)[0] - target).pow(2).mean()\n    loss.backward()\n    opt.step()\n"
+        ),
+        # `self.model` of another class is another object
+        Valid(
+            "import torch\nclass Trainer:\n    def fit(self, x):\n        self.model.train()\n"
+            "        self.model(x).sum().backward()\n        self.opt.step()\n\nclass Predictor:\n"
+            "    def run(self, x):\n        with torch.no_grad():\n            return self.model(x)\n"
+        ),
     ]
     INVALID = [
         # the enclosing function sets *train* mode before running the nested evaluation

@@ -24,8 +24,10 @@ from gradfix.rules.gf104_no_grad_without_eval import (
     own_switches,
     pos,
     related,
+    same_object,
     statement_at,
     _lightning_method,
+    _mode_api,
 )
 
 
@@ -179,9 +181,51 @@ def plan_train_insertion(facts: FileFacts, scope, uses: list[ast.AST], items: li
     return Plan("insert", target, loop)
 
 
-def _leaking_evals(facts: FileFacts) -> dict[str, list[int]]:
-    """Module name -> lines where the file leaves it in eval mode (GF104's fix included)."""
-    out: dict[str, list[int]] = {}
+_PARAMETER_METHODS = ("parameters", "named_parameters")
+
+
+def _optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str] | None:
+    """Modules whose parameters the optimizers stepped in ``scope`` update, when the file shows
+    where every one of them is built (`opt = SGD(net.parameters())`); None when unknown."""
+    out: set[str] = set()
+    for step in steps:
+        receiver = dotted_name(step.func.value)
+        if receiver is None:
+            return None
+        built = []
+        for node in ast.walk(facts.tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                dotted_name(t) == receiver for t in node.targets
+            ):
+                # Built in this very scope, or a `self.` attribute of this class: elsewhere the
+                # model may reach this function under another name (`net` passed as `model`).
+                here = facts.function_of.get(node) is scope
+                if (here or receiver.startswith("self.")) and same_object(facts, receiver, node, step):
+                    built.append(node.value)
+        if not built:
+            return None  # passed in: which parameters it holds is unknown
+        for call in built:
+            if not call.args and not call.keywords:
+                return None
+            for node in ast.walk(call):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS:
+                    name = dotted_name(node.func.value)
+                    if name is None:
+                        return None
+                    out.add(name)
+    return out
+
+
+def _switches_others_only(facts: FileFacts, scope, module: str) -> bool:
+    """The scope puts other modules into train mode itself but never this one: the author
+    manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
+    trains = [s for s in own_switches(facts, scope) if s.mode == "train"]
+    return bool(trains) and not any(related(s.receiver, module) for s in trains)
+
+
+def _leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
+    """Module name -> nodes where the file leaves it in eval mode (GF104's fix included)."""
+    out: dict[str, list[ast.AST]] = {}
     scopes = [None, *facts.functions]
     for scope in scopes:
         mine = own_switches(facts, scope)
@@ -190,10 +234,10 @@ def _leaking_evals(facts: FileFacts) -> dict[str, list[int]]:
                 continue
             restored = any(t.mode != "eval" and related(t.receiver, s.receiver) and pos(t.call) > pos(s.call) for t in mine)
             if not restored:
-                out.setdefault(s.receiver, []).append(s.call.lineno)
+                out.setdefault(s.receiver, []).append(s.call)
     for gap in evaluation_gaps(facts):
         for m in gap.modules:
-            out.setdefault(m, []).append(gap.region.owner.lineno if gap.region.kind == "with" else gap.func.lineno)
+            out.setdefault(m, []).append(gap.region.owner if gap.region.kind == "with" else gap.func)
     return out
 
 
@@ -243,7 +287,10 @@ class TrainWithoutTrainMode(Rule):
     at the start of the function when the function is one epoch, or at the start of the epoch
     loop's body when the loop also evaluates. A module deliberately kept in eval mode while
     training (frozen batch-norm: `model.eval()` before the loop, or a submodule's `.eval()`)
-    is not reported, or reported without a fix.
+    is not reported, or reported without a fix. Only forwards that run before an optimizer
+    step count as training steps: a script's `net.eval()` and test loop after all training is
+    not reported. `self.model` switched by another class is another object, and a class with its
+    own `train()`/`eval()` methods leaves the mode to its users.
     """
 
     code = "GF105"
@@ -285,6 +332,37 @@ class TrainWithoutTrainMode(Rule):
             "            for x in loaders[phase]:\n                with torch.set_grad_enabled(phase == 'train'):\n"
             "                    loss = model(x).sum()\n                    if phase == 'train':\n                        loss.backward()\n"
             "                        opt.step()\n"
+        ),
+        # a module-level script: the test pass after `net.eval()` follows all training
+        Valid(
+            "import torch\nfor epoch in range(3):\n    for x in loader:\n        opt.zero_grad()\n"
+            "        net(x).sum().backward()\n        opt.step()\n\nnet.eval()\nfor x in test_loader:\n    print(net(x))\n"
+        ),
+        # `self.model` put into eval mode by another class is another object
+        Valid(
+            "import torch\nclass InferenceRunner:\n    def __init__(self):\n        self.model = build()\n"
+            "        self.model.eval()\n\nclass TrainRunner:\n    def __init__(self):\n        self.model = build()\n"
+            "        self.model.train()\n\n    def run(self, x):\n        def _step():\n            self.opt.zero_grad()\n"
+            "            self.model(x).sum().backward()\n            self.opt.step()\n        return _step()\n"
+        ),
+        # the class has its own train()/eval() methods: its users set the mode through them
+        Valid(
+            "import torch\nclass Agent:\n    def learn(self, s, y):\n        (self.online(s) - y).pow(2).mean().backward()\n"
+            "        self.opt.step()\n\n    def train(self):\n        self.online.train()\n\n"
+            "    def eval(self):\n        self.online.eval()\n"
+        ),
+        # a frozen teacher: the function switches the student only, on purpose
+        Valid(
+            "import torch\ndef train(snet, tnet, loader, opt):\n    snet.train()\n    for x in loader:\n"
+            "        with torch.no_grad():\n            t = tnet(x)\n        (snet(x) - t).pow(2).mean().backward()\n"
+            "        opt.step()\n\ntnet.eval()\n"
+        ),
+        # the optimizer updates an input image, not the model (class visualisation)
+        Valid(
+            "import torch\nclass Visualise:\n    def __init__(self, model):\n        self.model = model\n"
+            "        self.model.eval()\n\n    def generate(self, image):\n        for i in range(10):\n"
+            "            opt = torch.optim.SGD([image], lr=1.0)\n            (-self.model(image)[0, 3]).backward()\n"
+            "            opt.step()\n"
         ),
         # the caller owns the mode and sets it right
         Valid(
@@ -357,6 +435,13 @@ class TrainWithoutTrainMode(Rule):
         nested = [f for f in facts.functions if facts.function_of.get(f) is scope] if scope is not None else []
         if not (calls_backward(facts, scope) or any(calls_backward(facts, f) for f in nested)):
             return
+        # `self.model` switched to eval in another class is another object.
+        anchor = scope if scope is not None else facts.tree
+        evaluated = {
+            m: lines
+            for m, nodes in evaluated.items()
+            if (lines := [n.lineno for n in nodes if same_object(facts, m, anchor, n)])
+        }
         uses_by_module: dict[str, list[ast.AST]] = {}
         for call in own_calls(facts, scope):
             target = forward_target(facts, call)
@@ -364,17 +449,30 @@ class TrainWithoutTrainMode(Rule):
                 target = target[: -len(".forward")]
             if target in evaluated and facts.grad_mode_at(call) != "disabled":
                 uses_by_module.setdefault(target, []).append(call)
+        # Only forwards that run before an optimizer step train: a test pass after the last
+        # step (a script's `net.eval()` then test loop) is evaluation, not a training step.
+        last_step = max(map(pos, steps))
+        uses_by_module = {
+            m: kept for m, uses in uses_by_module.items() if (kept := [u for u in uses if pos(u) < last_step])
+        }
         for f in nested:  # an LBFGS closure: the forward runs inside optimizer.step(closure)
             for call in own_calls(facts, f):
                 target = forward_target(facts, call)
                 if target in evaluated and target not in uses_by_module:
                     uses_by_module[target] = list(steps)
+        optimized = _optimized_modules(facts, scope, steps)
         findings: dict[tuple, list[str]] = {}
         notes: dict[tuple, tuple] = {}
         for module, uses in uses_by_module.items():
             items = mode_items(facts, scope, {module})
             if self._caller_sets_mode(facts, scope, module):
                 continue
+            if scope is not None and _mode_api(facts, scope, (module,)):
+                continue  # the class's own train()/eval() methods: its users own the mode
+            if _switches_others_only(facts, scope, module):
+                continue
+            if optimized is not None and not any(related(module, o) for o in optimized):
+                continue  # not trained here: the optimizers update other parameters (or an input)
             frozen = [
                 s for s in own_switches(facts, scope) if s.mode == "eval" and s.receiver.startswith(module + ".")
             ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -16,6 +17,12 @@ _CONDITIONAL_PARENTS = (ast.If, ast.ExceptHandler, ast.match_case)
 # Decorators a grad decorator can safely sit under (it goes innermost, next to ``def``).
 _PLAIN_DECORATORS = {"staticmethod", "classmethod"}
 _HAND_MADE_CONTEXT_METHODS = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
+# Functions whose job is to set state for what runs after them (a loop's `reset`, a hook
+# `on_train_start`, a constructor): a lone toggle there is meant to leak to the caller.
+_STATE_SETTERS = re.compile(
+    r"^(__init__|__post_init__|(re)?set(up)?|set_up|init\w*|configure\w*|prepare\w*|on_\w+|start\w*|begin\w*"
+    r"|reset_\w+|setup_\w+|\w+_(start|begin|mode|setup))$"
+)
 
 
 @dataclass
@@ -109,7 +116,9 @@ class GlobalGradToggle(Rule):
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
     `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
-    purpose is to set the mode for the caller); and toggles in a nested block (a loop body,
+    purpose is to set the mode for the caller); a lone toggle in a setup-like function
+    (`__init__`, `reset`, `setup`, `configure_*`, `on_*` hooks, `*_start`), which sets the
+    mode for the code that runs after it; and toggles in a nested block (a loop body,
     a `try`) whose last toggle is not a closing `set_grad_enabled(True)`, since code after
     the block would change too. Functions that save the mode with `torch.is_grad_enabled()`
     and restore it are correct and never reported, and neither are the toggles of the
@@ -235,6 +244,20 @@ class GlobalGradToggle(Rule):
             "import torch\r\ndef f(m, x):\r\n\tm.eval()\r\n\twith torch.no_grad():  # eval\r\n"
             "\t\treturn m(x)\r\n",
         ),
+        # A setup method (a loop's `reset`, a hook): the lone toggle is meant for what runs
+        # after it, so a `with` around the rest would undo it: reported, not fixed.
+        Invalid(
+            "import torch\nclass FitLoop:\n    def reset(self):\n        torch.set_grad_enabled(True)\n"
+            "        self.progress.reset()\n        if self.restarting:\n            self.progress.restart()\n",
+            None,
+        ),
+        # ... but a scoped pair in one is still fixed.
+        Invalid(
+            "import torch\ndef setup(model, x):\n    torch.set_grad_enabled(False)\n    stats = model(x)\n"
+            "    torch.set_grad_enabled(True)\n    return stats\n",
+            "import torch\ndef setup(model, x):\n    with torch.no_grad():\n        stats = model(x)\n"
+            "    return stats\n",
+        ),
         # A generator: diagnostic only.
         Invalid(
             "import torch\ndef batches(model, loader):\n    torch.set_grad_enabled(False)\n"
@@ -308,7 +331,8 @@ class GlobalGradToggle(Rule):
             end = positions[i + 1] if i + 1 < len(toggles) else len(block)
             if end == positions[i] + 1:
                 reason = (
-                    "nothing follows it in its block: it sets the mode for the caller on purpose?"
+                    "it is the last statement of its block, so it looks meant to set the mode for the caller; "
+                    "if so, scope that caller's code instead"
                     if i + 1 == len(toggles)
                     else "another toggle follows it directly"
                 )
@@ -321,6 +345,11 @@ class GlobalGradToggle(Rule):
                     closer = i + 1
             units.append((i, closer))
             i = closer + 1 if closer is not None else i + 1
+        if reason is None and _STATE_SETTERS.match(func.name) and any(closer is None for _, closer in units):
+            reason = (
+                f"`{func.name}` looks like a setup method, so the mode it sets is probably meant for the code "
+                "that runs after it; a `with` around the rest of the function would undo that"
+            )
         if reason is None and not _contained(facts, parent, field, block):
             last = units[-1] if units else None
             if last is None or last[1] is None or not toggles[last[1]].restore:
@@ -357,9 +386,15 @@ class GlobalGradToggle(Rule):
             else:
                 target = f"`with {scoped}:`"
             between = f" … `{facts.segment(closer.call)}` (line {closer.stmt.lineno})" if closer else ""
+            if closer:
+                why = (
+                    "the closing toggle forces a mode the caller may not have (grad back on inside a caller's "
+                    "`no_grad`), and an exception in between skips it, leaving the mode changed"
+                )
+            else:
+                why = "the mode leaks to the caller after the function returns or raises"
             message = (
-                f"bare `{facts.segment(opener.call)}`{between} toggles the global grad mode: it leaks to "
-                f"the caller{' and forces a mode the caller may not have' if closer else ''}; use {target} "
+                f"bare `{facts.segment(opener.call)}`{between} toggles the global grad mode: {why}; use {target} "
                 "(unsafe fix: the mode no longer leaks to the caller, and a later bare toggle no longer "
                 "forces a mode the caller did not have)"
             )
