@@ -155,10 +155,19 @@ def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Se
 def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> bytes | str:
     """``source`` with every allowed fix applied (same type as given)."""
     as_bytes = source.encode("utf-8") if isinstance(source, str) else source
-    findings = check(as_bytes, path, settings)
-    run = fix_findings(as_bytes, findings, settings, path)
-    new = as_bytes if run is None else run.source
+    new = as_bytes
+    for _ in range(FIX_PASSES):
+        run = fix_findings(new, check(new, path, settings), settings, path)
+        if run is None or run.source == new:
+            break
+        new = run.source
     return new.decode("utf-8") if isinstance(source, str) else new
+
+
+# A fix can uncover another finding (GF101 makes a `with` a real grad context that GF203 then
+# looks into; an overlapped fix waits for the outer one): fix again until nothing changes, so
+# that a second `--apply` never changes the file again.
+FIX_PASSES = 10
 
 
 @dataclass(frozen=True)
@@ -181,13 +190,22 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return result
     result.findings = [FixOutcome(f) for f in findings]
     if want_fixes:
-        run = fix_findings(source, findings, job.settings, job.display)
-        if run is not None:
-            result.notes.extend(run.notes)
-            if run.source != source:
-                result.new_source = run.source
-                for index in run.applied:
-                    result.findings[index].applied = True
+        current, fixed = source, []
+        for _ in range(FIX_PASSES):
+            run = fix_findings(current, findings, job.settings, job.display)
+            if run is None:
+                break
+            result.notes.extend(n for n in run.notes if n not in result.notes)
+            if run.source == current:
+                break
+            fixed += [FixOutcome(findings[i], applied=True) for i in sorted(run.applied)]
+            current = run.source
+            findings = check(current, job.display, job.settings)  # it compiled: it parses
+        if current != source:
+            # Fixed findings (where they were found) and what is left in the new source.
+            result.new_source = current
+            outcomes = fixed + [FixOutcome(f) for f in findings]
+            result.findings = sorted(outcomes, key=lambda o: (o.finding.span, o.finding.code))
     return result
 
 

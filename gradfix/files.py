@@ -56,6 +56,8 @@ def discover(
         path = Path(raw)
         if not os.path.lexists(path):
             raise PathError(f"{raw}: no such file or directory")
+        if not os.path.exists(path):  # a dangling link or a symlink loop
+            raise PathError(f"{raw}: broken symbolic link (or a symlink loop)")
         if path.is_dir() and not path.is_symlink():
             for found in _walk(path, exclude_spec, extensions):
                 key = found.resolve()

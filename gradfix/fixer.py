@@ -9,6 +9,7 @@ declaration survive.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, TypeVar
 
@@ -148,6 +149,8 @@ def apply_fixes(source: bytes, findings: Sequence[Finding], build: BuildFix, pat
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         return FixRun(source, notes=[f"cannot fix: LibCST could not parse the file ({exc.message})"])
+    if module.bytes != source:  # e.g. LibCST drops the last "\r" of a file with old Mac line ends
+        return FixRun(source, notes=["cannot fix: LibCST does not reproduce this file byte for byte; left unchanged"])
     run = _apply_once(module, findings, build)
     new = run.source
     if new == source:
@@ -256,7 +259,9 @@ def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:
 
 def _compile_error(source: bytes, path: str) -> str | None:
     try:
-        compile(source, path, "exec", dont_inherit=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the user's own SyntaxWarnings are not gradfix's to print
+            compile(source, path, "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -22,6 +22,8 @@ def _read_reason(exc: OSError) -> str:
 
 
 def process_job(job: Job, want_fixes: bool) -> FileResult:
+    if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
+        return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
     try:
         with open(job.path, "rb") as handle:
             source = handle.read()

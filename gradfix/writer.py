@@ -6,10 +6,13 @@ new version is not written (their change wins, and the user is told).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import signal
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 
@@ -24,7 +27,28 @@ def _reason(exc: OSError) -> str:
 
 
 def write_atomic(path: str | Path, new: bytes, expected_old: bytes) -> None:
-    """Replace ``path``'s content with ``new`` if it still holds ``expected_old``."""
+    """Replace ``path``'s content with ``new`` if it still holds ``expected_old``.
+
+    Ctrl-C (SIGINT) and SIGTERM are held back while one file is written and delivered right
+    after: an interrupt can never leave a temp file behind or a file half-replaced.
+    """
+    with _signals_deferred():
+        _write_atomic(path, new, expected_old)
+
+
+@contextlib.contextmanager
+def _signals_deferred():
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _write_atomic(path: str | Path, new: bytes, expected_old: bytes) -> None:
     target = Path(os.path.realpath(path))
     try:
         info = target.stat()
