@@ -111,20 +111,27 @@ def check_command(
             rule_options=rule_options,
         )
         jobs_list = []
+        path_errors = 0  # a bad path is reported; the other paths are still checked
         excludes = list(exclude)
+        extensions = (".py", ".ipynb") if notebooks else (".py",)
         for path in paths:
             if path.is_dir():
                 excludes_here = excludes + list(config_for_file(path / "__init__.py").exclude)
             else:
                 excludes_here = excludes
-            extensions = (".py", ".ipynb") if notebooks else (".py",)
-            for found in discover([path], exclude=excludes_here, extensions=extensions):
-                settings = settings_for(found.path, config_for_file(found.path), cli)
-                jobs_list.append(Job(str(found.path), settings, _display(found.path)))
-    except (ConfigError, PathError) as exc:
+            try:
+                for found in discover([path], exclude=excludes_here, extensions=extensions):
+                    settings = settings_for(found.path, config_for_file(found.path), cli)
+                    jobs_list.append(Job(str(found.path), settings, _display(found.path)))
+            except PathError as exc:
+                _err(str(exc))
+                path_errors += 1
+    except ConfigError as exc:
         _err(str(exc))
         raise typer.Exit(2)
     if not jobs_list:
+        if path_errors:
+            raise typer.Exit(2)
         _err("no Python files found")
     if verify_cmd is not None:
         raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
@@ -133,6 +140,8 @@ def check_command(
     try:
         results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
         exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file)
+        if path_errors:
+            exit_code = 2
     except KeyboardInterrupt:
         # Writes are atomic and one at a time: every file is either old or new.
         _err("interrupted; files already written are complete, the rest are unchanged")
@@ -320,6 +329,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
         args = ["check", *args]
     debug = "--debug" in args
+    if debug:
+        os.environ["GRADFIX_DEBUG"] = "1"  # workers add tracebacks to per-file internal errors
     try:
         app(args=args, prog_name="gradfix")  # exits with the command's code
     except KeyboardInterrupt:

@@ -7,6 +7,7 @@ interrupt (Ctrl-C) leaves each file either old or new, never half-written.
 from __future__ import annotations
 
 import os
+import traceback
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
@@ -38,6 +39,8 @@ def process_job(job: Job, want_fixes: bool) -> FileResult:
     except Exception as exc:  # a bug in gradfix must not stop the run or hide the file
         result = FileResult(job.display, old_source=source)
         result.error, result.error_kind = f"internal error: {type(exc).__name__}: {exc}", "internal"
+        if os.environ.get("GRADFIX_DEBUG"):
+            result.notes.append(traceback.format_exc())
         return result
 
 

@@ -438,3 +438,14 @@ def test_the_users_own_syntax_warnings_are_not_printed(tree):
     result = run("--apply", "w.py")
     assert result.exit_code == 0
     assert result.stderr == ""
+
+
+def test_nonexistent_path_next_to_a_good_one_still_checks_the_good_one(tree):
+    # Issue 2: a bad path is an error (exit 2), but the other paths are still processed.
+    (tree / "bug.py").write_text("import torch\nwith torch.no_grad:\n    pass\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "gradfix", "nope.py", "bug.py"], cwd=tree, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "gradfix: nope.py: no such file or directory" in result.stderr
+    assert "bug.py:2:6: GF101" in result.stdout
