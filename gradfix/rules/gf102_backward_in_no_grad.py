@@ -61,6 +61,9 @@ CRITERION_NAME = re.compile(
     re.I,
 )
 LOSS_FUNCTION_NAME = re.compile(r"^(.*_)?loss(es)?$", re.I)
+# Criteria whose name says they run a discriminator/critic or hold learned weights (centres,
+# class proxies, margin heads): they may add history of their own.
+LEARNED_CRITERION = re.compile(r"disc|adv|gan|critic|center|centre|arc_?face|cos_?face|proxy|margin|^d_|_d_|^g_|_g_", re.I)
 # Function parameters that hold data (never autograd history in training code).
 DATA_PARAM = re.compile(
     r"^(x|xb|y|yb|y_?true|inputs?|images?|imgs?|batch|samples?|data|targets?|labels?|gts?|masks?"
@@ -226,9 +229,7 @@ class GradFreeAnalysis:
             return status
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Attribute) and iterable.func.attr in PARAMETER_ITERATORS:
             return None
-        if DATA_ITERABLE.search(self.facts.segment(iterable)) or (
-            isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range"
-        ):
+        if _data_iterable(iterable):
             return NEUTRAL
         return None
 
@@ -329,13 +330,17 @@ class GradFreeAnalysis:
             if qual is None or not qual.startswith("torch."):
                 if method in DETACHING_METHODS:
                     return NEUTRAL
-                if method == "requires_grad_" or method in ELEMENT_METHODS:
+                if method == "requires_grad_" or method in ELEMENT_METHODS or _getter(call, method):
                     return None
+                if method.endswith("_") and not method.startswith("_"):
+                    # `adv = adv.clamp_(0, 1)`: an in-place method returns its receiver, and under
+                    # no_grad the receiver keeps its history (or its requires_grad leaf flag).
+                    return self.eval(func.value, state, region, stmt)
                 if method in VIEW_METHODS:  # arguments are shapes, devices, dtypes or a tensor to mimic
                     return self.eval(func.value, state, region, stmt)
                 if method in COMPUTE_METHODS:
                     return taint if taint is not None else combine(self.eval(func.value, state, region, stmt), arg_status())
-                if dotted_name(func) is not None and CRITERION_NAME.match(method):
+                if dotted_name(func) is not None and CRITERION_NAME.match(method) and not self._may_learn(method):
                     return taint if taint is not None else arg_status()
                 return taint if taint is not None and not method[:1].isupper() else None
         qual = self.facts.qualname(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
@@ -348,18 +353,31 @@ class GradFreeAnalysis:
             return taint if taint is not None else arg_status()
         if isinstance(func, ast.Call):  # nn.MSELoss()(out, y)
             inner = self.facts.qualname(func.func) if isinstance(func.func, (ast.Name, ast.Attribute)) else None
-            if inner is not None and inner.startswith("torch.nn.") and inner.endswith("Loss"):
+            if inner is not None and _parameter_free_loss_class(inner):
                 return taint if taint is not None else arg_status()
             return None
         if isinstance(func, ast.Name):
             name = func.id
             if name in ELEMENT_BUILTINS or name[:1].isupper() or name in self._grad_enabling_functions:
                 return None
+            if _getter(call, name):
+                return None
             if name == "sum":
                 return taint if taint is not None else arg_status()
-            if CRITERION_NAME.match(name) or LOSS_FUNCTION_NAME.match(name):
+            if (CRITERION_NAME.match(name) or LOSS_FUNCTION_NAME.match(name)) and not self._may_learn(name):
                 return taint if taint is not None else arg_status()
         return taint  # a module or helper call: grad-free inside a region, unknown outside
+
+    def _may_learn(self, name: str) -> bool:
+        """Whether the criterion ``name`` (``criterion``, ``self.loss_fn``, ``kd_loss``) may hold
+        parameters, judged from what this file binds to that name: a criterion built from a
+        class that is not a parameter-free ``torch.nn`` loss (``CenterLoss(...)``,
+        ``losses.ArcFaceLoss(...)``, ``nn.AdaptiveLogSoftmaxWithLoss``), a value of unknown origin,
+        or a function of this file that calls a module it does not receive as an argument
+        (``def d_loss(real, fake): return bce(D(real), ...)``), or a name that says so
+        (``center_loss``, ``disc_loss_fn``, ``adv_criterion``). Any other name this file never binds
+        (a parameter, an import) keeps the assumption that a criterion adds no history."""
+        return name in _learning_criteria(self.facts) or bool(LEARNED_CRITERION.search(name))
 
     # -- differentiation sites ---------------------------------------------------------------
     def _record_sites(self, stmt: ast.stmt, state: dict, region) -> None:
@@ -380,6 +398,127 @@ class GradFreeAnalysis:
         if isinstance(func, ast.Attribute) and func.attr in ("backward", "retain_grad") and qual is None:
             return Site(call, func.attr, func.value, stmt)
         return None
+
+
+# Calls whose result is an iterable over data when their arguments are (``enumerate(loader)``).
+DATA_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "list", "tuple", "sorted", "reversed", "islice", "cycle", "chain"})
+
+
+def _getter(call: ast.Call, name: str) -> bool:
+    """``model.get_weight()``, ``get_parameter("w")``: hands back a tensor that already exists (a
+    parameter, which requires grad even under ``no_grad``), unlike ``get_features(x)``."""
+    if not name.startswith("get"):
+        return False
+    return (not call.args and not call.keywords) or "param" in name.lower() or "weight" in name.lower()
+
+
+def _data_iterable(node: ast.AST) -> bool:
+    """A loop iterable that yields data batches: ``loader``, ``self.train_loader``,
+    ``enumerate(tqdm(loader))``, ``range(n)``, ``memory.sample(32)``, ``get_batch(i)``. The name
+    decides, not any word in the source: ``student(batch)`` or ``model.forward_batches(data)``
+    yield model outputs that may carry history."""
+    if isinstance(node, ast.Subscript):
+        return _data_iterable(node.value)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        name = dotted_name(node)
+        return name is not None and bool(DATA_ITERABLE.search(name.rpartition(".")[2]))
+    if isinstance(node, ast.Call):
+        name = dotted_name(node.func)
+        if name is None:
+            return False
+        last = name.rpartition(".")[2]
+        if last == "range":
+            return True
+        if last in DATA_WRAPPERS:
+            args = [a for a in node.args if not isinstance(a, ast.Constant)]
+            return bool(args) and all(_data_iterable(a) for a in args)
+        return bool(DATA_ITERABLE.search(last))
+    return False
+
+
+def _parameter_free_loss_class(qualname: str) -> bool:
+    """A ``torch.nn`` loss class whose instances hold no parameters."""
+    return qualname.startswith("torch.nn.") and qualname.endswith("Loss") and "AdaptiveLogSoftmax" not in qualname
+
+
+_BUILTINS = frozenset(dir(__import__("builtins")))
+
+
+def _learning_criteria(facts: FileFacts) -> frozenset[str]:
+    """Names this file binds to a criterion that may hold parameters (see ``_may_learn``)."""
+    cached = facts.__dict__.get("_gf102_learning")
+    if cached is not None:
+        return cached
+    bound: dict[str, list] = {}
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, (ast.Name, ast.Attribute)):
+                    last = target.id if isinstance(target, ast.Name) else target.attr
+                    bound.setdefault(last, []).append(node.value)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            bound.setdefault(node.name, []).append(node)
+    out = set()
+    for name, values in bound.items():
+        if not (CRITERION_NAME.match(name) or LOSS_FUNCTION_NAME.match(name)):
+            continue
+        if any(_may_hold_parameters(facts, v, bound) for v in values):
+            out.add(name)
+    facts.__dict__["_gf102_learning"] = frozenset(out)
+    return facts.__dict__["_gf102_learning"]
+
+
+def _may_hold_parameters(facts: FileFacts, value: ast.AST, bound: dict) -> bool:
+    if isinstance(value, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return _calls_foreign_module(facts, value, bound)
+    if isinstance(value, ast.Call):
+        qual = facts.qualname(value.func) if isinstance(value.func, (ast.Name, ast.Attribute)) else None
+        if qual is None:
+            return True
+        torch_function = qual.startswith("torch.") and not qual.rpartition(".")[2][:1].isupper()
+        return not (_parameter_free_loss_class(qual) or torch_function)
+    if isinstance(value, (ast.Name, ast.Attribute)):  # `loss_fn = F.cross_entropy`
+        qual = facts.qualname(value)
+        return qual is None or not qual.startswith("torch.")
+    return not isinstance(value, ast.Constant)  # `criterion = None` placeholders are harmless
+
+
+def _calls_foreign_module(facts: FileFacts, func, bound: dict) -> bool:
+    """A function that calls something it neither receives nor makes: a global model, ``self.net``
+    (torch, builtins and parameter-free criteria of this file excepted)."""
+    a = func.args
+    local = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+    local |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    local.discard("self")
+    for node in ast.walk(func):
+        if not isinstance(node, ast.Call):
+            continue
+        qual = facts.qualname(node.func) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+        if qual is not None and qual.startswith("torch."):
+            continue
+        root = node.func
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        if not isinstance(root, ast.Name):
+            continue  # (a + b).sum(): a method of a computed value
+        if root.id in local or (root is node.func and root.id in _BUILTINS):
+            continue
+        root_qual = facts.qualname(root)
+        if root_qual is not None and (root_qual == "torch" or root_qual.startswith("torch.")):
+            continue
+        values = bound.get(root.id, ())
+        if (
+            root is node.func
+            and CRITERION_NAME.match(root.id)
+            and values
+            and not any(isinstance(v, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) for v in values)
+            and not any(_may_hold_parameters(facts, v, {}) for v in values)
+        ):
+            continue  # `criterion(out, y)` with `criterion = nn.CrossEntropyLoss()` in this file
+        if isinstance(node.func, ast.Attribute) and root.id in ("math", "np", "numpy"):
+            continue
+        return True
+    return False
 
 
 def _own_calls(stmt: ast.stmt) -> Iterable[ast.Call]:
@@ -508,7 +647,10 @@ class BackwardInNoGrad(Rule):
     fine and is not reported; neither is a name re-assigned from a grad-enabled computation
     before it is differentiated. The rule fires only when every path to the call leaves the
     tensor grad-free; values from function parameters or opaque calls are assumed to carry
-    history.
+    history. Also silent: criteria that may hold parameters (a class with weights such as a
+    center loss, a loss helper that runs a model of its own), getters that hand back an
+    existing parameter under `no_grad` (`model.get_parameter("w")`), and in-place methods
+    (`x = x.clamp_(0, 1)` keeps `x`'s history).
 
     ## Example
     ```python
@@ -572,6 +714,26 @@ class BackwardInNoGrad(Rule):
         Valid(
             "import torch\n@torch.enable_grad()\ndef loss_of(model, x):\n    return model(x).sum()\n"
             "def step(model, x):\n    with torch.no_grad():\n        loss = loss_of(model, x)\n    loss.retain_grad()\n"
+        ),
+        # A criterion that holds parameters (learned class centres) gives its loss a grad_fn
+        # even on frozen features.
+        Valid(
+            "import torch\ndef probe(model, center_loss, x, y):\n    with torch.no_grad():\n        feats = model(x)\n"
+            "    return torch.autograd.grad(center_loss(feats, y), center_loss.centers)\n"
+        ),
+        Valid(
+            "import torch\nfrom losses import CenterLoss\ncrit = CenterLoss(10, 2)\ndef probe(model, x, y):\n    with torch.no_grad():\n"
+            "        feats = model(x)\n    return torch.autograd.grad(crit(feats, y), crit.centers)\n"
+        ),
+        # An in-place method returns its receiver: a leaf that requires grad stays one.
+        Valid(
+            "import torch\ndef fit_image(img, target_net, ref):\n    img.requires_grad_(True)\n    with torch.no_grad():\n"
+            "        target = target_net(ref)\n        img = img.clamp_(0, 1)\n    loss = ((img - target) ** 2).sum()\n    loss.backward()\n"
+        ),
+        # A getter under no_grad hands back an existing parameter, which requires grad.
+        Valid(
+            "import torch\ndef reg_step(model, opt):\n    with torch.no_grad():\n        w = model.get_weight()\n"
+            "        b = model.get_parameter('bias')\n    penalty = (w ** 2).sum() + b.abs().sum()\n    penalty.backward()\n"
         ),
         # A leaf created with requires_grad=True under no_grad requires grad.
         Valid("import torch\n@torch.no_grad()\ndef f():\n    w = torch.zeros(3, requires_grad=True)\n    w.retain_grad()\n"),

@@ -10,7 +10,10 @@ from gradfix.facts import target_names
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 from gradfix.rules.gf102_backward_in_no_grad import (
+    _BUILTINS,
+    COMPUTE_METHODS,
     DETACHING_METHODS,
+    VIEW_METHODS,
     GradFreeAnalysis,
     analyses,
     short_code,
@@ -39,7 +42,13 @@ class OverbroadNoGrad(Rule):
     networks (`with torch.no_grad(): target = target_net(s2)` then `crit(q, target)`),
     distillation teachers, EMA updates and metrics are therefore not reported. Labels and
     batches (loop variables over a loader, parameters named `y`, `labels`, `batch`...) and
-    loss criteria (`criterion`, `nn.MSELoss()`, `F.*`) are assumed not to add history.
+    loss criteria (`criterion`, `nn.MSELoss()`, `F.*`) are assumed not to add history, except
+    criteria that may hold parameters: built in the file from a class that is not a
+    parameter-free `torch.nn` loss (`CenterLoss(...)`, `losses.ArcFaceLoss(...)`,
+    `nn.AdaptiveLogSoftmaxWithLoss`), loss helpers of the file that call a model they do not
+    receive (`def d_loss(real, fake): return bce(D(real), ...)`), and names that say so
+    (`center_loss`, `disc_loss_fn`, `adv_criterion`). A loop over a model's outputs
+    (`for logits in student(batch)`) is not a loop over data.
 
     ## Why is this bad?
     Nothing inside `no_grad` records a graph, so the loss has no `grad_fn` and
@@ -79,7 +88,9 @@ class OverbroadNoGrad(Rule):
     holding a single statement `out = dec(enc(x))` becomes `out = dec(enc(x).detach())` in
     both styles (narrowing it would need a new name). `detach` falls back to `narrow` when a
     frozen name is also read outside the consumers (detaching there would let gradients into
-    the frozen stage), and `narrow` falls back to `detach` for `inference_mode` (inference
+    the frozen stage) or when a name unpacked from the frozen stage (`out, hidden = rnn(x)`) is
+    used other than as a tensor method's receiver (it may be a tuple such as an LSTM's
+    `(h, c)`, which has no `.detach()`), and `narrow` falls back to `detach` for `inference_mode` (inference
     tensors cannot be saved for backward). Other shapes are reported without a fix.
     """
 
@@ -145,6 +156,31 @@ class OverbroadNoGrad(Rule):
             "    loss = (out * w).sum()\n    loss.backward()\n"
         ),
         Valid("def step(torch, model, x, y, crit):\n    with torch.no_grad():\n        out = model(x)\n    loss = crit(out, y)\n    loss.backward()\n"),
+        # Deep supervision: the loop runs over the student's outputs, not over a data loader
+        # (the word `batch` in `student(batch)` does not make them data).
+        Valid(
+            "import torch\nimport torch.nn.functional as F\ndef step(student, teacher, batch, opt):\n    with torch.no_grad():\n"
+            "        soft = F.softmax(teacher(batch), -1)\n    for logits in student(batch):\n"
+            "        loss = F.kl_div(F.log_softmax(logits, -1), soft, reduction='batchmean')\n        loss.backward()\n"
+        ),
+        # A criterion with parameters (metric learning on a frozen trunk): the loss trains them.
+        Valid(
+            "import torch\nfrom pytorch_metric_learning import losses\nloss_func = losses.ArcFaceLoss(10, 128)\n"
+            "def step(trunk, embedder, x, y, opt):\n    with torch.no_grad():\n        h = trunk(x)\n        emb = embedder(h)\n"
+            "    loss = loss_func(emb, y)\n    loss.backward()\n"
+        ),
+        Valid(
+            "import torch\nimport torch.nn as nn\nclass Probe(nn.Module):\n    def __init__(self, enc, d, n):\n        super().__init__()\n"
+            "        self.enc = enc\n        self.crit = nn.AdaptiveLogSoftmaxWithLoss(d, n, cutoffs=[10])\n"
+            "    def step(self, x, y):\n        with torch.no_grad():\n            h = self.enc(x)\n        self.crit(h, y).loss.backward()\n"
+        ),
+        # A GAN helper named like a loss that runs the (global) discriminator.
+        Valid(
+            "import torch\nbce = torch.nn.BCELoss()\ndef discriminator_loss(real, fake):\n"
+            "    return bce(D(real), torch.ones(len(real), 1)) + bce(D(fake), torch.zeros(len(fake), 1))\n"
+            "def train(gen, loader, opt_d):\n    for real, _ in loader:\n        with torch.no_grad():\n"
+            "            fake = gen(torch.randn(len(real), 8))\n        loss_d = discriminator_loss(real, fake)\n        loss_d.backward()\n"
+        ),
     ]
     INVALID = [
         Invalid(
@@ -181,16 +217,50 @@ class OverbroadNoGrad(Rule):
         # for backward); uses whose result carries no history (`h.size(0)`) get no `.detach()`.
         Invalid(
             "import torch\ndef step(model, x, y, crit):\n    with torch.inference_mode():\n        h, c = model.enc(x)\n"
-            "        out = model.dec(h.mean(1), c[0], n=h.size(0))\n    crit(out, y).backward()\n",
+            "        out = model.dec(h.mean(1), c[0].float(), n=h.size(0))\n    crit(out, y).backward()\n",
             "import torch\ndef step(model, x, y, crit):\n    h, c = model.enc(x)\n"
-            "    out = model.dec(h.detach().mean(1), c[0].detach(), n=h.size(0))\n    crit(out, y).backward()\n",
+            "    out = model.dec(h.detach().mean(1), c[0].detach().float(), n=h.size(0))\n    crit(out, y).backward()\n",
             options={"style": "narrow"},
+        ),
+        # `hidden` is unpacked from the encoder's result and passed on as is: it may be an LSTM's
+        # `(h, c)` tuple, which has no `.detach()`, so `detach` falls back to `narrow` ...
+        Invalid(
+            "import torch\ndef train(encoder, decoder, loader, crit):\n    for src, tgt, y in loader:\n        with torch.no_grad():\n"
+            "            enc_out, hidden = encoder(src)\n            logits = decoder(tgt, hidden, enc_out)\n"
+            "        crit(logits, y).backward()\n",
+            "import torch\ndef train(encoder, decoder, loader, crit):\n    for src, tgt, y in loader:\n        with torch.no_grad():\n"
+            "            enc_out, hidden = encoder(src)\n        logits = decoder(tgt, hidden, enc_out)\n"
+            "        crit(logits, y).backward()\n",
+        ),
+        # ... and for inference_mode, where `narrow` is not possible, there is no fix.
+        Invalid(
+            "import torch\ndef train(encoder, decoder, src, tgt, y, crit):\n    with torch.inference_mode():\n"
+            "        enc_out, hidden = encoder(src)\n        logits = decoder(tgt, hidden)\n    crit(logits, y).backward()\n",
+            None,
+        ),
+        # The only call inside is one stage fed by made-up data (a generator under no_grad in
+        # a discriminator step): no frozen stage to detach, reported without a fix.
+        Invalid(
+            "import torch\ndef d_step(gen, images, crit):\n    with torch.no_grad():\n"
+            "        fake = gen(torch.randn(images.size(0), 64))\n    crit(fake, images).backward()\n",
+            None,
         ),
         # The whole step is inside no_grad: no clear frozen stage, reported without a fix.
         Invalid(
             "import torch\ndef step(model, x, y, crit, opt):\n    with torch.autograd.grad_mode.no_grad():\n        out = model(x)\n"
             "        loss = crit(out, y)\n        loss.backward()\n        opt.step()\n",
             None,
+        ),
+        # A parameter-free torch criterion built in the file; a loss helper that only uses torch.
+        Invalid(
+            "import torch\nimport torch.nn as nn\ncriterion = nn.CrossEntropyLoss()\ndef smooth_loss(out, y):\n"
+            "    return criterion(out, y) + 0.1 * torch.logsumexp(out, 1).mean()\n"
+            "def step(enc, dec, loader):\n    for x, y in loader:\n        with torch.no_grad():\n"
+            "            out = dec(enc(x))\n        smooth_loss(out, y).backward()\n",
+            "import torch\nimport torch.nn as nn\ncriterion = nn.CrossEntropyLoss()\ndef smooth_loss(out, y):\n"
+            "    return criterion(out, y) + 0.1 * torch.logsumexp(out, 1).mean()\n"
+            "def step(enc, dec, loader):\n    for x, y in loader:\n        out = dec(enc(x).detach())\n"
+            "        smooth_loss(out, y).backward()\n",
         ),
         Invalid(
             "import torch\ndef step(model, batch, crit):\n    x, y = batch\n    with torch.set_grad_enabled(False):\n"
@@ -266,8 +336,8 @@ class OverbroadNoGrad(Rule):
             if not isinstance(value, ast.Call):
                 return None
             inner = [a for a in (*value.args, *(k.value for k in value.keywords)) if isinstance(a, ast.Call)]
-            if len(inner) != 1 or not fixes_the_loss([inner[0]]):
-                return None
+            if len(inner) != 1 or not _stage_call(facts, inner[0]) or not fixes_the_loss([inner[0]]):
+                return None  # `gen(torch.randn(n, z))`: the inner call makes data, it is no frozen stage
             return ("single", (facts.span(inner[0]),), drop_import)
 
         first, consumers = body[0], body[1:]
@@ -291,7 +361,13 @@ class OverbroadNoGrad(Rule):
         if not fixes_the_loss([first]):
             return None
         style = self.opts.get("style", "detach")
-        detach_ok = not _read_elsewhere(facts, func, frozen, consumers)
+        # `enc_out, hidden = lstm_encoder(src)`: an unpacked element may itself be a tuple (an
+        # LSTM's `(h, c)`), and `hidden.detach()` would raise AttributeError. Only a use that is
+        # already a tensor method's receiver (`hidden.mean(1)`) proves a tensor there.
+        unpacked = isinstance(first.targets[0], (ast.Tuple, ast.List))
+        detach_ok = not _read_elsewhere(facts, func, frozen, consumers) and not (
+            unpacked and any(not _method_receiver(facts, u) for u in uses)
+        )
         narrow_ok = region.api != "torch.inference_mode"
         if style == "narrow" and not narrow_ok:
             style = "detach"
@@ -371,6 +447,20 @@ class _Detach(cst.CSTTransformer):
         return updated_node
 
 
+def _stage_call(facts, call: ast.Call) -> bool:
+    """A call that may run a model stage (``enc(x)``, ``model.encoder(x)``), not a torch
+    function, a tensor method or a builtin."""
+    func = call.func
+    if not isinstance(func, (ast.Name, ast.Attribute)):
+        return False
+    qual = facts.qualname(func)
+    if qual is not None and (qual.startswith("torch.") or qual.startswith("builtins.")):
+        return False
+    if isinstance(func, ast.Name):
+        return func.id not in _BUILTINS
+    return func.attr not in VIEW_METHODS | COMPUTE_METHODS | DETACHING_METHODS
+
+
 def _plain_target(target: ast.AST) -> bool:
     if isinstance(target, ast.Name):
         return True
@@ -411,6 +501,13 @@ def _detach_point(facts, name: ast.Name) -> ast.AST | None:
             return None  # `*hidden` unpacks a container: no tensor to detach
         else:
             return node
+
+
+def _method_receiver(facts, node: ast.AST) -> bool:
+    """``node`` is the receiver of a method call (``node.mean(1)``)."""
+    parent = facts.parents.get(node)
+    grand = facts.parents.get(parent)
+    return isinstance(parent, ast.Attribute) and isinstance(grand, ast.Call) and grand.func is parent
 
 
 def _read_elsewhere(facts, func, names: set[str], consumers: list[ast.stmt]) -> bool:

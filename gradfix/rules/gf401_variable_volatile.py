@@ -103,6 +103,13 @@ class VariableVolatile(Rule):
             "from torch.autograd.variable import Variable\nw = Variable(x, False, True)\n",
             "w = x.detach().requires_grad_(False)\n",
         ),
+        # Propagated volatility (`x.volatile` is always False today): no set_grad_enabled hint.
+        Invalid(
+            "import torch\nfrom torch.autograd import Variable\n\ndef forward(self, x):\n"
+            "    zeros = Variable(torch.zeros(x.size()), volatile=x.volatile)\n    return self.logstd(zeros)\n",
+            "import torch\n\ndef forward(self, x):\n"
+            "    zeros = torch.zeros(x.size()).detach()\n    return self.logstd(zeros)\n",
+        ),
         # Raises ValueError today (volatile and requires_grad both true): report only.
         Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=True, volatile=True)\n", None),
         Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=train, volatile=not train)\n", None),
@@ -125,7 +132,14 @@ class VariableVolatile(Rule):
                     "`volatile` was removed in PyTorch 0.4: it only warns, and the forward pass "
                     "now records a graph"
                 )
-                if volatile is True:
+                if isinstance(found.volatile, ast.Attribute) and found.volatile.attr == "volatile":
+                    # `volatile=x.volatile` passed volatility on; `x.volatile` is always False now,
+                    # and a caller's `torch.no_grad()` covers this code without any help.
+                    hint = (
+                        f"; `{vol_text}` is always False since PyTorch 0.4 and grad mode propagates by "
+                        "itself: a caller's `with torch.no_grad():` covers this code, nothing to wrap here"
+                    )
+                elif volatile is True:
                     hint = "; to record no graph as `volatile` meant, wrap the forward pass in `with torch.no_grad():`"
                 else:
                     hint = (

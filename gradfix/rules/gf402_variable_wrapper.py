@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
+import re
 import tokenize
 from dataclasses import dataclass
 from typing import Iterator
@@ -39,7 +41,7 @@ class VariableCall:
 def variable_calls(facts) -> Iterator[VariableCall]:
     """Calls that resolve to ``torch.autograd.Variable`` (any import spelling)."""
     own_definition = _defines_name(facts, "Variable")
-    removable = not _is_package_init(facts.path) and not _imported_in_try(facts, "Variable")
+    removable = None  # computed at the first plain `Variable(...)` call (it may read sibling files)
     for call in facts.calls:
         if facts.call_qualname(call) != VARIABLE:
             continue
@@ -69,6 +71,12 @@ def variable_calls(facts) -> Iterator[VariableCall]:
             if _comments(facts, call) != sum(_comments(facts, n) for n in kept if n is not None):
                 blocker = "a comment inside the call would be lost"
         module = None
+        if isinstance(func, ast.Name) and func.id == "Variable" and removable is None:
+            removable = (
+                not _is_package_init(facts.path)
+                and not _imported_in_try(facts, "Variable")
+                and not _reexported(facts, "Variable")
+            )
         if isinstance(func, ast.Name) and func.id == "Variable" and removable:
             target = facts.resolve_name("Variable", call) or ""
             module = target.rpartition(".")[0] or None
@@ -105,6 +113,56 @@ def _imported_in_try(facts, name: str) -> bool:
                     return True
                 parent = facts.parents.get(parent)
     return False
+
+
+def _reexported(facts, name: str) -> bool:
+    """Whether another module may take ``name`` from this one.
+
+    Without ``__all__``, ``from model import *`` copies every public global, imported
+    ``Variable`` included, and 2017 scripts relied on that (``train.py`` calls ``Variable``
+    after ``from model import *``). Files next to this one and one folder up are searched for
+    ``from <this module> import *`` / ``import ... Variable``; with ``__all__`` only a listed
+    name is exported.
+    """
+    for node in facts.tree.body:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                return name in facts.segment(node)
+    path = facts.path
+    if not path or not os.path.isfile(path):
+        return False
+    folder = os.path.dirname(os.path.abspath(path))
+    stem = os.path.basename(path).split(".", 1)[0]
+    for where in (folder, os.path.dirname(folder)):
+        for module, names in _from_imports(where):
+            if module.rpartition(".")[2] == stem and (names == "*" or re.search(rf"\b{name}\b", names)):
+                return True
+    return False
+
+
+_FROM_IMPORT = re.compile(r'^[ \t]*"?[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+([^\n#"]*)', re.M)
+
+
+@functools.lru_cache(maxsize=256)
+def _from_imports(folder: str) -> tuple[tuple[str, str], ...]:
+    """Every ``from X import names`` line of the Python files and notebooks in ``folder``."""
+    found = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return ()
+    for entry in entries:
+        if not entry.name.endswith((".py", ".ipynb")) or not entry.is_file():
+            continue
+        try:
+            with open(entry.path, encoding="utf-8", errors="replace") as f:
+                text = f.read(2_000_000)
+        except OSError:
+            continue
+        if "import" in text:
+            found.extend((m.group(1), m.group(2).strip()) for m in _FROM_IMPORT.finditer(text))
+    return tuple(found)
 
 
 def _is_package_init(path: str) -> bool:
@@ -229,8 +287,11 @@ class VariableWrapper(Rule):
     flag becomes `True`/`False` (`requires_grad_` takes only a bool; a flag variable that
     holds an int would now raise `TypeError` at that line). The import of `Variable` is
     removed once no use is left (not in an `__init__.py`, which may re-export it; not when
-    it is imported under another name or inside a `try` fallback). Calls with `**kwargs`, the old `_grad_fn=`/`name=`
-    arguments or no tensor are reported without a fix; `volatile=` calls are GF401's.
+    it is imported under another name or inside a `try` fallback; not when a file next to this
+    one or one folder up does `from <this module> import *` or imports `Variable` from it,
+    unless `__all__` leaves `Variable` out: 2017 scripts took `Variable` that way). Calls
+    with `**kwargs`, the old `_grad_fn=`/`name=` arguments or no tensor are reported without
+    a fix; `volatile=` calls are GF401's.
     """
 
     code = "GF402"

@@ -19,8 +19,56 @@ _FUNCTIONAL_LOSSES = frozenset(
 _REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
 _CRITERION = re.compile(r"^(crit|criterion\w*|crit_\w+)$|loss", re.IGNORECASE)
 # Names that say "many values": a per-sample loss vector is indexed on purpose.
-_NOT_SCALAR_NAME = re.compile(r"losses$|per_|vec|unreduced|elementwise|none|_all$|list|map|mask|matrix", re.IGNORECASE)
+_NOT_SCALAR_NAME = re.compile(
+    r"losses$|per_|vec|unreduced|elementwise|none|_all$|list|map|mask|matrix"
+    r"|hist|buf|queue|window|seq|arr|curve|record|track|terms|parts|components|items|stack",
+    re.IGNORECASE,
+)
+# Tensor methods that give their result a shape of its own (``crit(...).unsqueeze(0)``).
+_SHAPING_METHODS = frozenset("view reshape unsqueeze expand expand_as repeat flatten view_as reshape_as".split())
 _MAX_DEPTH = 4
+# Calls that build a tensor of a given shape (``torch.zeros(1)``, ``Tensor([0])``, ``x.new(2)``):
+# an accumulator made by one of them keeps that shape, so ``.data[0]`` still works on it.
+_CONSTRUCTORS = frozenset(
+    "zeros ones empty full rand randn randint tensor as_tensor from_numpy Tensor FloatTensor DoubleTensor "
+    "HalfTensor LongTensor IntTensor ByteTensor new new_zeros new_ones new_full new_empty new_tensor "
+    "zeros_like ones_like empty_like full_like rand_like randn_like".split()
+)
+# Wrappers and conversions that keep their argument's shape.
+_SHAPE_KEEPING = frozenset("Variable cuda cpu to float double half type type_as fill_ zero_ detach clone".split())
+
+
+def _shaped(expr: ast.expr) -> bool:
+    """``expr`` builds a tensor with an explicit shape (possibly through shape-keeping calls)."""
+    while isinstance(expr, ast.Call):
+        func = expr.func
+        last = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if last in _CONSTRUCTORS:
+            return True
+        if last == "Variable" and expr.args:
+            expr = expr.args[0]
+        elif last in _SHAPE_KEEPING and isinstance(expr.func, ast.Attribute):
+            expr = expr.func.value
+        else:
+            return False
+    return False
+
+
+def _indexed_elsewhere(facts, func, name: str) -> bool:
+    """``name.data[k]`` / ``name[k]`` with another index than 0 (or a slice): a vector, not a scalar."""
+    for stmt in facts.statements(func):
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Subscript):
+                continue
+            base = node.value
+            if isinstance(base, ast.Attribute) and base.attr == "data":
+                base = base.value
+            if not (isinstance(base, ast.Name) and base.id == name):
+                continue
+            index = node.slice
+            if not (isinstance(index, ast.Constant) and type(index.value) is int and index.value == 0):
+                return True
+    return False
 
 
 def loss_like_name(name: str) -> bool:
@@ -101,6 +149,14 @@ class _Scalars:
         name = dotted_name(callee)
         return name is not None and name.rpartition(".")[2] in self.unreduced_criteria()
 
+    def _torch_non_scalar(self, call: ast.Call) -> bool:
+        """``torch.stack([...])``, ``torch.cat(...)``, ``x.view(1)``: evidence that beats the name."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in _SHAPING_METHODS:
+            return True
+        qual = self.facts.qualname(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
+        return qual is not None and qual.startswith("torch.") and not self._scalar_call(call)
+
     def _criterion_name(self, callee: ast.expr) -> bool:
         name = dotted_name(callee)
         if name is None:
@@ -125,7 +181,10 @@ class _Scalars:
         seen = seen | {name}
         numbers = [v for v in values if isinstance(v, ast.Constant) and type(v.value) in (int, float)]
         tensors = [v for v in values if v not in numbers]
-        if any(isinstance(v, ast.Call) and self._keeps_many(v) for v in tensors):
+        calls = [v for v in tensors if isinstance(v, ast.Call)]
+        if any(self._keeps_many(v) or _shaped(v) or self._torch_non_scalar(v) for v in calls):
+            return False  # one binding has one value per element, an explicit shape, or a shape of its own
+        if _indexed_elsewhere(self.facts, func, name):
             return False
         if tensors and all(self.is_scalar(v, func, depth + 1, seen) for v in tensors):
             return True
@@ -173,9 +232,14 @@ class DataIndexZero(Rule):
     batch) is not flagged; neither are losses built with `reduction='none'`/`reduce=False`
     (in the call, or where the criterion is assigned in the same file), reductions over a
     dimension (`.sum(1)`), names that say "many values" (`losses`, `loss_per_sample`,
-    `loss_vec`), names bound by a `for`/`with` target, nor `loss.data[0][1]` (two indices:
-    not a scalar). The name heuristic is the risk: a one-element 1-D tensor named `*loss*`
-    gives a 0-dim tensor from `.data[0]` and a Python number from `.item()`.
+    `loss_vec`, `loss_history`, `loss_terms`), names bound by a `for`/`with` target, nor
+    `loss.data[0][1]` (two indices: not a scalar). Evidence beats the name: a name also bound
+    to a tensor built with a shape (`loss = torch.zeros(1)` then `loss += crit(...)`, which
+    stays shape `(1,)`), to a torch function that is no reduction (`torch.stack`, `torch.cat`)
+    or to a reshaping method (`.unsqueeze(0)`, `.view(1)`), or indexed elsewhere with another
+    index (`total_loss.data[1]`), is left alone. The name heuristic is the risk: a one-element
+    1-D tensor named `*loss*` whose shape the file does not show gives a 0-dim tensor from
+    `.data[0]` and a Python number from `.item()`.
     """
 
     code = "GF403"
@@ -199,6 +263,18 @@ class DataIndexZero(Rule):
         # the criterion is unreduced, whatever the result is called
         Valid("import torch.nn as nn\nper_item = nn.NLLLoss(reduction='none')\nbatch_loss = per_item(out, y)\nv = batch_loss.data[0]\n"),
         Valid("total_loss = scores.sum(dim=1)\nprint(total_loss.data[0])\n"),
+        # An accumulator built with a shape keeps it: `.data[0]` works today, `.item()` would
+        # change its type (and raise for more than one element).
+        Valid(
+            "import torch\nfrom torch.autograd import Variable\ndef step(out, y):\n    loss = Variable(torch.zeros(1)).cuda()\n"
+            "    loss += criterion(out, y)\n    return loss.data[0]\n"
+        ),
+        Valid("import torch\nval_loss = torch.zeros(2)\nval_loss += torch.stack([crit(a, b), n])\nmean = val_loss.data[0] / val_loss.data[1]\n"),
+        Valid("def log(stats):\n    total_loss = criterion(out, y)\n    print(total_loss.data[0], total_loss[1:])\n"),
+        # A torch function or reshaping method that is not a reduction says "shape", whatever the name.
+        Valid("import torch\nloss_terms = torch.stack([l1, l2])\nfirst_loss = torch.cat([a, b])\nprint(loss_terms.data[0], first_loss.data[0])\n"),
+        Valid("loss = criterion(out, y).unsqueeze(0)\nprint(loss.data[0])\n"),
+        Valid("def log(self):\n    print(self.loss_history.data[0], self.loss_buffer.data[0])\n"),
     ]
     INVALID = [
         Invalid(

@@ -112,3 +112,35 @@ def test_target_network_value_under_no_grad_is_legitimate():
     loss = nn.MSELoss()(q, target)
     loss.backward()
     assert net.weight.grad is not None and target_net.weight.grad is None
+
+
+# -- look-alikes found in the precision review: these run fine, so GF102/GF103 stay silent -------
+
+
+def test_a_criterion_with_parameters_trains_on_frozen_features():
+    # Center loss / ArcFace / AdaptiveLogSoftmaxWithLoss on features made under no_grad:
+    # the loss has a grad_fn through the criterion's own parameters.
+    enc = nn.Linear(4, 3)
+    with torch.no_grad():
+        feats = enc(torch.randn(5, 4))
+    head = nn.AdaptiveLogSoftmaxWithLoss(3, 20, cutoffs=[10])
+    loss = head(feats, torch.randint(0, 20, (5,))).loss
+    assert loss.grad_fn is not None
+    loss.backward()
+    assert enc.weight.grad is None and all(p.grad is not None for p in head.head.parameters())
+
+
+def test_a_parameter_fetched_under_no_grad_still_requires_grad():
+    model = nn.Linear(2, 2)
+    with torch.no_grad():
+        w = model.get_parameter("weight")
+    assert w.requires_grad
+    (w**2).sum().backward()
+    assert model.weight.grad is not None
+
+
+def test_an_lstm_hidden_state_is_a_tuple_without_detach():
+    # Why `detach` style falls back to `narrow` for names unpacked from the frozen stage.
+    out, hidden = nn.LSTM(3, 4)(torch.randn(2, 1, 3))
+    assert isinstance(hidden, tuple) and not hasattr(hidden, "detach")
+    assert out.detach().shape == out.shape

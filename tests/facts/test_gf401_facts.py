@@ -57,3 +57,14 @@ def test_volatile_none_raises_type_error():
 def test_third_positional_argument_is_volatile():
     _, messages = _record(lambda: Variable(torch.randn(3), False, True))
     assert messages
+
+
+def test_volatile_attribute_is_always_false_so_propagating_it_needs_no_hint():
+    # `Variable(z, volatile=x.volatile)` (2018 a2c code): `x.volatile` reads False (with a
+    # warning) whatever the grad mode, so the message suggests no `set_grad_enabled` wrapper.
+    x = torch.ones(2, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.no_grad():
+            assert x.volatile is False and (x * 2).volatile is False
+        assert x.volatile is False

@@ -83,3 +83,65 @@ def test_tensor_subclass_caveat():
     t = torch.ones(2).as_subclass(Tagged)
     assert type(Variable(t)) is torch.Tensor
     assert type(t.detach()) is Tagged
+
+
+# -- the import of `Variable` is public: `from model import *` re-exports it ---------------------
+
+_MODEL = (
+    "import torch\nfrom torch.autograd import Variable\n\n\n"
+    "def init_hidden(n):\n    return Variable(torch.zeros(1, n))\n"
+)
+_TRAIN = "from model import *\n\nh = init_hidden(3)\nx = Variable(torch.ones(2))\nprint(float(x.sum() + h.sum()))\n"
+
+
+def _run(folder):
+    """Run ``folder/train.py`` in this process: (exception type name or None, stdout)."""
+    import contextlib
+    import io
+    import runpy
+    import sys
+
+    out = io.StringIO()
+    sys.path.insert(0, str(folder))
+    sys.modules.pop("model", None)
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(folder / "train.py"), run_name="__main__")
+        return None, out.getvalue()
+    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+        return type(e).__name__, out.getvalue()
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("model", None)
+
+
+@pytest.mark.parametrize("all_line", ["", "__all__ = ['init_hidden']\n"])
+def test_star_import_reexports_variable_so_the_fix_keeps_the_import(tmp_path, all_line):
+    # Real-repository shape (practical-pytorch char-rnn-classification): train.py calls
+    # `Variable` that it only gets through `from model import *`.
+    from gradfix import Settings, fix
+
+    model = tmp_path / "model.py"
+    model.write_text(_MODEL + all_line)
+    (tmp_path / "train.py").write_text(_TRAIN)
+    before = _run(tmp_path)
+    # with __all__, the star import does not carry Variable: it fails already
+    assert before[0] == ("NameError" if all_line else None)
+    fixed = fix(model.read_bytes(), str(model), Settings(select=("GF402",)))
+    assert b"torch.zeros(1, n).detach()" in fixed
+    kept = b"from torch.autograd import Variable" in fixed
+    assert kept is not bool(all_line)  # kept only where another module can take it
+    model.write_bytes(fixed)
+    assert _run(tmp_path) == before
+
+
+def test_import_dropped_when_nothing_star_imports_the_module(tmp_path):
+    from gradfix import Settings, fix
+
+    model = tmp_path / "model.py"
+    model.write_text(_MODEL)
+    (tmp_path / "train.py").write_text("from model import init_hidden\nprint(init_hidden(2).shape)\n")
+    fixed = fix(model.read_bytes(), str(model), Settings(select=("GF402",)))
+    assert b"import Variable" not in fixed
+    model.write_bytes(fixed)
+    assert _run(tmp_path) == (None, "torch.Size([1, 2])\n")

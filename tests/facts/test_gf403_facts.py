@@ -70,3 +70,16 @@ def test_legacy_reduce_false_keeps_one_value_per_sample():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert nn.CrossEntropyLoss(reduce=False)(OUT, TARGET).dim() == 1
+
+
+def test_accumulator_built_with_a_shape_keeps_it():
+    # Why `loss = torch.zeros(1); loss += crit(...)` is not flagged: the sum broadcasts to
+    # shape (1,), `.data[0]` works today and returns a tensor, `.item()` a Python float.
+    loss = torch.zeros(1)
+    loss += nn.MSELoss()(torch.ones(3), torch.zeros(3))
+    assert loss.shape == (1,)
+    assert isinstance(loss.data[0], torch.Tensor) and loss.data[0].dim() == 0
+    assert type(loss.item()) is float
+    pair = torch.zeros(2)  # `[sum, count]` accumulators: `.item()` would raise
+    with pytest.raises(RuntimeError):
+        pair.item()
