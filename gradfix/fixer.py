@@ -241,7 +241,15 @@ class _RemoveImportsKeepComments(RemoveImportsVisitor):
         return self._rehome(original_node, updated_node)
 
     def leave_Module(self, original_node, updated_node):
-        return self._rehome(original_node, super().leave_Module(original_node, updated_node))
+        first_removed = bool(original_node.body) and original_node.body[0] in self._removed
+        module = self._rehome(original_node, super().leave_Module(original_node, updated_node))
+        if first_removed and module.body and not module.header:
+            # The file now starts where the removed import was: no blank lines before its code.
+            lines = list(module.body[0].leading_lines)
+            while lines and lines[0].comment is None:
+                lines.pop(0)
+            module = module.with_changes(body=[module.body[0].with_changes(leading_lines=lines), *module.body[1:]])
+        return module
 
 
 def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:

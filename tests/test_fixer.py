@@ -402,3 +402,20 @@ def test_corpus_runner_fails_on_a_broken_rule(corpus_check, tmp_path, capsys, mo
     (tmp_path / "a.py").write_text("if 1:\n    pass\n")
     assert corpus_check.main([str(tmp_path), "--jobs", "1"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        (
+            "from torch.autograd import Variable\n\n\ndef f(t):\n    return Variable(t)\n",
+            "def f(t):\n    return t.detach()\n",
+        ),
+        (
+            "# header comment\nfrom torch.autograd import Variable\n\n\ndef f(t):\n    return Variable(t)\n",
+            "# header comment\n\n\ndef f(t):\n    return t.detach()\n",
+        ),
+    ],
+)
+def test_removing_the_first_import_leaves_no_leading_blank_lines(before, after):
+    assert fix(before) == after
