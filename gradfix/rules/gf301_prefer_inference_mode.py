@@ -206,13 +206,81 @@ def _leaks_tensors(func) -> bool:
     return False
 
 
+# Name words of functions whose results are meant for people, metrics or decoding, not for
+# training. Others (`extract_features`, `embed`, `patchify`, `make_ema_teacher`,
+# `estimate_returns_and_advantages`, `fuse`, `trunc_normal_`) often feed a loss or become model
+# state in another file, where inference tensors break (`F.linear` saves its input, an EMA
+# updates its copy in place).
+_INFERENCE_WORDS = frozenset(
+    """
+    predict prediction predictions pred preds infer inference eval evaluate evaluation evaluator
+    validate validation valid val test testing generate generation beam greedy search translate
+    caption detect detection demo score scores scoring accuracy acc metric metrics knn topk
+    benchmark
+    """.split()
+)
+# Calls that build model state or export a model: tensors made under inference mode would
+# become parameters/buffers (untrainable, not updatable in place) or go through a tracer.
+_STATE_CALL_SUFFIXES = ("deepcopy", "load_state_dict", "to_empty", "register_buffer", "register_parameter")
+_EXPORT_PREFIXES = ("torch.jit.", "torch.onnx.", "torch.export.", "torch.compile", "torch_tensorrt", "torch.fx.")
+_PLAIN_METHODS = {"item", "tolist", "numpy"}
+
+
+def _name_words(name: str) -> set[str]:
+    """``predict_proba`` -> {predict, proba}; ``evalModel`` -> {eval, model}."""
+    spaced = "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+    return {w for w in spaced.split("_") if w}
+
+
+def _returns_plain_values(func) -> bool:
+    """Every ``return`` hands back ``x.item()`` / ``x.tolist()`` / ``x.numpy()`` /
+    ``float(..)`` / ``int(..)``: no tensor leaves the function."""
+    returns = []
+    for node in own_nodes(func):
+        if isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return False
+        if isinstance(node, ast.Return) and node.value is not None:
+            returns.append(node.value)
+    for value in returns:
+        if not isinstance(value, ast.Call):
+            return False
+        callee = value.func
+        if isinstance(callee, ast.Attribute) and callee.attr in _PLAIN_METHODS:
+            continue
+        if isinstance(callee, ast.Name) and callee.id in ("float", "int", "bool"):
+            continue
+        return False
+    return bool(returns)
+
+
+def _builds_state(facts: FileFacts, func) -> bool:
+    """Whether ``func`` creates modules/parameters, copies or loads a model, or exports one."""
+    for node in own_nodes(func):
+        if not isinstance(node, ast.Call):
+            continue
+        callee = node.func
+        last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+        if last.endswith(_STATE_CALL_SUFFIXES) or last in ("Parameter", "trace", "script", "export"):
+            return True
+        qualname = facts.call_qualname(node) or ""
+        if qualname.startswith(_EXPORT_PREFIXES):
+            return True
+        if qualname.startswith("torch.nn.") and not qualname.startswith("torch.nn.functional") and last[:1].isupper():
+            return True
+    return False
+
+
 class PreferInferenceMode(Rule):
     """
     ## What it does
     Finds pure-inference functions (decorated with `torch.no_grad()`, or whose body is one
     `with torch.no_grad():` block) that never compute gradients, return their outputs, are not
     a `forward` method, hook or framework `*_step` method, and whose results the same file
-    never feeds into training. Off by default: it would flag nearly every evaluation loop.
+    never feeds into training. The function's name must say it predicts, evaluates, tests,
+    generates or scores (`predict`, `evaluate`, `validate`, `generate`, `accuracy`, ...), or it
+    must return only Python values (`.item()`, `.tolist()`, `.numpy()`): feature extractors,
+    target/teacher builders, `fuse`/init helpers and exporters are left alone. Off by default:
+    it would flag nearly every evaluation loop.
 
     ## Why is this bad?
     `torch.inference_mode()` also skips view tracking and version counting, so inference runs
@@ -239,7 +307,10 @@ class PreferInferenceMode(Rule):
     in another file that fine-tunes on the returned tensors would break, which is why
     `forward` methods and hooks are never changed, and functions whose results reach a
     `.backward()` in the same file are left alone. Functions that store tensors anywhere but
-    their return value (attributes, caches, arguments) are not reported. The fix keeps the
+    their return value (attributes, caches, arguments), that build modules or parameters
+    (`nn.Conv2d(..)`, `nn.Parameter`, `copy.deepcopy`: their weights would be inference
+    tensors that can be neither trained nor updated in place, e.g. by an EMA) or that export a
+    model (`torch.jit`, `torch.onnx`, `torch.export`) are not reported. The fix keeps the
     spelling of the torch module (`T.no_grad()` becomes `T.inference_mode()`).
     """
 
@@ -292,6 +363,26 @@ class PreferInferenceMode(Rule):
         # A local `torch` that is not the module.
         Valid("def predict(torch, model, x):\n    with torch.no_grad():\n        return model(x)\n"),
         Valid("import torch\n@torch.set_grad_enabled(False)\ndef predict(model, x):\n    return model(x)\n"),
+        # Results that other files typically train on (a linear probe on features, a PPO loss
+        # on advantages, an MAE loss on patch targets): not an inference name.
+        Valid("import torch\n@torch.no_grad()\ndef extract_features(model, loader):\n    return torch.cat([model(x) for x in loader])\n"),
+        Valid(
+            "import torch\nclass Agent(torch.nn.Module):\n    @torch.no_grad()\n"
+            "    def estimate_returns_and_advantages(self, rewards, values):\n        return rewards - values, values\n"
+        ),
+        Valid("import torch\n@torch.no_grad()\ndef trunc_normal_(tensor, std=1.0):\n    with torch.no_grad():\n        return _trunc(tensor, std)\n"),
+        # Builds a module (timm's `fuse`): its weights would be inference tensors.
+        Valid(
+            "import torch\nfrom torch import nn\nclass ConvBn(nn.Module):\n    @torch.no_grad()\n    def fuse_for_eval(self):\n"
+            "        w = self.conv.weight * self.bn.weight[:, None, None, None]\n        m = nn.Conv2d(w.size(1), w.size(0), 1)\n"
+            "        m.weight.copy_(w)\n        return m\n"
+        ),
+        Valid(
+            "import copy\nimport torch\n@torch.no_grad()\ndef make_eval_teacher(model):\n    teacher = copy.deepcopy(model)\n"
+            "    return teacher\n"
+        ),
+        # Exporters: tracing under inference mode is a different code path.
+        Valid("import torch\n@torch.no_grad()\ndef export_for_test(model, x):\n    return torch.jit.trace(model, x)\n"),
     ]
     INVALID = [
         Invalid(
@@ -325,6 +416,13 @@ class PreferInferenceMode(Rule):
             "    @torch.inference_mode()\n    def generate(self, idx, n):\n        for _ in range(n):\n"
             "            nxt = self(idx)[:, -1:].argmax(-1)\n            idx = torch.cat((idx, nxt), 1)\n        return idx\n",
         ),
+        # Any name, when only Python values come back (Rainbow's `act`).
+        Invalid(
+            "import torch\nclass Agent:\n    @torch.no_grad()\n    def act(self, state):\n"
+            "        return (self.net(state) * self.support).sum(2).argmax(1).item()\n",
+            "import torch\nclass Agent:\n    @torch.inference_mode()\n    def act(self, state):\n"
+            "        return (self.net(state) * self.support).sum(2).argmax(1).item()\n",
+        ),
         # `no_grad` imported by name and `torch` a local: reported without a fix.
         Invalid(
             "from torch import no_grad\ndef predict(model, x, torch):\n    with no_grad():\n        return model(x)\n",
@@ -342,7 +440,9 @@ class PreferInferenceMode(Rule):
                 continue
             if not _returns_outputs(func) or uses_grads(facts, func) or _leaks_tensors(func):
                 continue
-            if feeds_training(facts, func):
+            if not (_INFERENCE_WORDS & _name_words(func.name) or _returns_plain_values(func)):
+                continue
+            if _builds_state(facts, func) or feeds_training(facts, func):
                 continue
             what = source_of(facts, region.expr)
             func_expr = region.expr.func if isinstance(region.expr, ast.Call) else region.expr

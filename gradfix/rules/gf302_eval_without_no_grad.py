@@ -14,7 +14,14 @@ import libcst as cst
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import feeds_training, is_hook_like, own_nodes, torch_reachable, uses_grads
+from gradfix.rules.gf301_prefer_inference_mode import (
+    feeds_training,
+    is_hook_like,
+    is_within,
+    own_nodes,
+    torch_reachable,
+    uses_grads,
+)
 
 
 # -- shared with GF304: statement runs and the wrapping edit -------------------------------------
@@ -110,6 +117,71 @@ def smallest_run(facts: FileFacts, func, nodes: Sequence[ast.AST]) -> list[ast.s
     return [getattr(*block)[index]]
 
 
+def _uses_grad_checkpointing(facts: FileFacts, func) -> bool:
+    """Whether ``func`` turns on gradient checkpointing (timm's ``set_grad_checkpointing()``,
+    HF's ``gradient_checkpointing_enable()``, ``torch.utils.checkpoint``): a test of that code
+    path needs grad mode on, or it runs a different path."""
+    for node in own_nodes(func):
+        if isinstance(node, ast.Call):
+            callee = node.func
+            last = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+            if "grad_checkpoint" in last or "gradient_checkpoint" in last:
+                return True
+            if last.startswith("checkpoint") and (facts.call_qualname(node) or "").startswith("torch.utils.checkpoint"):
+                return True
+    return False
+
+
+_SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Assert, ast.Pass)
+
+
+def _split_at_unrelated(facts: FileFacts, run: Sequence[ast.stmt], calls: Sequence[ast.Call]) -> list[list[ast.stmt]]:
+    """``run`` cut into the groups of statements that each ``with`` should hold.
+
+    Statements between the forward calls stay inside when they only post-process the
+    outputs (``z = z.round()``: simple statements whose calls are methods of names bound in
+    the group, or no calls at all); anything else (saving a checkpoint, building another
+    model, a ``try``) is left outside, so only the forward calls and their glue run without
+    grad. Leading and trailing statements without calls are dropped."""
+    holds = [any(is_within(facts, c, stmt) for c in calls) for stmt in run]
+    groups: list[list[ast.stmt]] = []
+    current: list[ast.stmt] = []
+    pending: list[ast.stmt] = []
+    bound: set[str] = set()
+    for stmt, has_call in zip(run, holds):
+        if has_call:
+            if current and pending is not None:
+                current.extend(pending)
+            elif current:
+                groups.append(current)
+                current = []
+            current.append(stmt)
+            pending = []
+            bound |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            continue
+        if current and pending is not None and _is_glue(stmt, bound):
+            pending.append(stmt)
+            bound |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        else:
+            pending = None
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _is_glue(stmt: ast.stmt, bound: set[str]) -> bool:
+    if not isinstance(stmt, _SIMPLE):
+        return False
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Call):
+            callee = node.func
+            while isinstance(callee, (ast.Attribute, ast.Subscript)):
+                callee = callee.value
+            if not (isinstance(node.func, ast.Attribute) and isinstance(callee, ast.Name) and callee.id in bound):
+                return False
+    return True
+
+
 # -- the rule ---------------------------------------------------------------------------------------
 class EvalWithoutNoGrad(Rule):
     """
@@ -147,9 +219,13 @@ class EvalWithoutNoGrad(Rule):
     loss, a distillation step in another file) would get `element 0 of tensors does not
     require grad`. To keep that risk small the rule skips `forward`, `__call__`, hooks,
     `*_step` methods, functions with `loss` in their name, functions whose results the same
-    file feeds into training, and functions already called under a grad-mode region. The fix
+    file feeds into training, functions already called under a grad-mode region, and
+    functions that turn on gradient checkpointing (a test of that path needs grads). The fix
     wraps the smallest run of consecutive statements that holds the forward calls; when they
-    sit in different branches it wraps the statement that holds them all. Runs that contain
+    sit in different branches it wraps the statement that holds them all. Statements between
+    the calls stay in the block only when they post-process the outputs (`z = z.round()`);
+    unrelated work between them (saving a checkpoint, loading another model) splits the block
+    in two, so it keeps running with grad mode on. Runs that contain
     `yield`/`await` are reported without a fix (the mode would leak while suspended). A file
     with a bare `torch.set_grad_enabled(...)` statement is skipped: the mode at the calls is
     decided at run time (GF201 reports the toggle).
@@ -208,6 +284,11 @@ class EvalWithoutNoGrad(Rule):
         Valid(
             "import torch\ndef f(model, x):\n    model.eval()\n    with torch.enable_grad():\n        return model(x)\n"
         ),
+        # A test of gradient checkpointing (timm's test_model_forward): the path needs grads.
+        Valid(
+            "def test_forward(model, x):\n    model.eval()\n    out = model(x)\n    model.set_grad_checkpointing()\n"
+            "    assert model(x).allclose(out)\n"
+        ),
     ]
     INVALID = [
         Invalid(
@@ -238,6 +319,15 @@ class EvalWithoutNoGrad(Rule):
             "import torch\ndef predict(model, x, tta):\n    model.eval()\n    with torch.no_grad():\n        if tta:\n"
             "            y = (model(x) + model(x.flip(-1))) / 2\n        else:\n            y = model(x)\n    return y\n",
         ),
+        # Unrelated work between the calls (Lightning's test_restore): two blocks.
+        Invalid(
+            "import torch\ndef check_reload(model, batch, path):\n    model.eval()\n    before = model(batch)\n"
+            "    torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n"
+            "    after = model(batch)\n    assert torch.equal(before, after)\n",
+            "import torch\ndef check_reload(model, batch, path):\n    model.eval()\n    with torch.no_grad():\n"
+            "        before = model(batch)\n    torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n"
+            "    with torch.no_grad():\n        after = model(batch)\n    assert torch.equal(before, after)\n",
+        ),
         # `torch` is a parameter here, not the module: reported, not fixed.
         Invalid("import torch\ndef predict(model, x, torch):\n    model.eval()\n    return model(x)\n", None),
         # A generator: reported, not fixed.
@@ -262,7 +352,7 @@ class EvalWithoutNoGrad(Rule):
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue
             calls = self._forward_calls_in_eval_mode(facts, func, sorted(switches, key=lambda s: s[0]))
-            if not calls:
+            if not calls or _uses_grad_checkpointing(facts, func):
                 continue
             callers = self._calls_by_name(facts) if callers is None else callers
             if any(facts.regions_around(c) for c in callers.get(name, ())) or feeds_training(facts, func):
@@ -270,7 +360,8 @@ class EvalWithoutNoGrad(Rule):
             modules = list(dict.fromkeys(dotted_name(c.func) for c in calls))
             switch = min((s for s in switches if s[1] == "eval" and s[2] in modules), key=lambda s: s[0])[3]
             run = smallest_run(facts, func, calls)
-            fixable = run is not None and can_wrap(facts, run) and torch_reachable(facts, run[0])
+            groups = _split_at_unrelated(facts, run, calls) if run is not None else []
+            fixable = bool(groups) and all(can_wrap(facts, g) for g in groups) and torch_reachable(facts, run[0])
             names = ", ".join(f"`{m}`" for m in modules)
             yield self.report(
                 facts,
@@ -280,7 +371,7 @@ class EvalWithoutNoGrad(Rule):
                 "Unsafe: the outputs no longer require grad, so callers can no longer backpropagate through them",
                 fix=fixable,
                 anchors=[func, calls[0]],
-                data=tuple(facts.span(s) for s in run) if fixable else None,
+                data=tuple(tuple(facts.span(s) for s in g) for g in groups) if fixable else None,
             )
 
     @staticmethod
@@ -325,7 +416,7 @@ class EvalWithoutNoGrad(Rule):
     def fix(self, finding, ctx):
         if not finding.data:
             return None
-        return wrap_in_no_grad(ctx, finding.data)
+        return [edit for group in finding.data for edit in wrap_in_no_grad(ctx, group)]
 
     @staticmethod
     def contract():

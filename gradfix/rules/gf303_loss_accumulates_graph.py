@@ -104,10 +104,13 @@ class LossAccumulatesGraph(Rule):
     Safe by value with the default `style = "detach"`: `loss.detach()` has bitwise the same
     value, dtype and device, so `acc` stays a tensor with the same values; it only stops
     requiring grad and carrying a `grad_fn`. The rule does not fire when `acc` (or an
-    expression of it) is `.backward()`ed or passed to `torch.autograd.grad` in the function
-    (intentional accumulation), when a backward call uses `retain_graph`/`create_graph`, when
-    `loss` is rebound between its backward and the accumulation (`loss = loss.item()`), when
-    `acc` is reset inside the loop, or inside a `no_grad` region (no graph is recorded there).
+    expression of it, or a name assigned from it such as `avg = acc / n`) is `.backward()`ed
+    or passed to `torch.autograd.grad` in the function (intentional accumulation), when a
+    backward call uses `retain_graph`/`create_graph`, when `loss` is rebound between its
+    backward and the accumulation (`loss = loss.item()`), when `acc` is reset on every
+    iteration of the loop, or inside a `no_grad` region (no graph is recorded there). A reset
+    under an `if` (`if i % 100 == 99: running = 0`) still lets the graphs pile up in between,
+    so it is reported.
 
     Option `style = "item"` writes `loss.item()` instead: `acc` becomes a Python float, which
     changes its type (`acc.item()`, `acc.cpu()` later raise) and syncs with the GPU on every
@@ -165,6 +168,17 @@ class LossAccumulatesGraph(Rule):
             "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
             "        loss.backward(retain_graph=True)\n        total += loss\n"
         ),
+        # `loss` stays a float when the branch with the backward does not run: `.detach()` would raise.
+        Valid(
+            "def fit(model, loader, crit):\n    total = 0.0\n    for x, y in loader:\n        loss = 0.0\n"
+            "        if y is not None:\n            loss = crit(model(x), y)\n            loss.backward()\n"
+            "        total += loss\n"
+        ),
+        # The sum is backpropagated through an alias.
+        Valid(
+            "def fit(model, loader, aux):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
+            "        aux(x).backward()\n        total = total + loss\n    avg = total / len(loader)\n    avg.backward()\n"
+        ),
     ]
     INVALID = [
         Invalid(
@@ -185,6 +199,15 @@ class LossAccumulatesGraph(Rule):
             "def fit(self, loader):\n    for x in loader:\n        loss = self.model(x)\n"
             "        self.scaler.scale(loss).backward()\n        self.epoch_loss += loss.item()\n",
             options={"style": "item"},
+        ),
+        # Reset every 100 steps only (the PyTorch CIFAR tutorial's shape): up to 100 graphs alive.
+        Invalid(
+            "def fit(model, loader, opt):\n    running = 0.0\n    for i, x in enumerate(loader):\n        loss = model(x)\n"
+            "        loss.backward()\n        opt.step()\n        running += loss\n        if i % 100 == 99:\n"
+            "            print(running / 100)\n            running = 0.0\n",
+            "def fit(model, loader, opt):\n    running = 0.0\n    for i, x in enumerate(loader):\n        loss = model(x)\n"
+            "        loss.backward()\n        opt.step()\n        running += loss.detach()\n        if i % 100 == 99:\n"
+            "            print(running / 100)\n            running = 0.0\n",
         ),
         # item style, loss not provably a scalar: reported, not fixed.
         Invalid(
@@ -233,7 +256,8 @@ class LossAccumulatesGraph(Rule):
         loops = _loops_around(facts, stmt)
         if not loops or facts.grad_mode_at(stmt) in ("disabled", "conditional"):
             return None
-        if self._acc_is_differentiated(acc, [c.func.value for c, _, _ in calls] + autograd_calls):
+        differentiated = [c.func.value for c, _, _ in calls] + autograd_calls
+        if self._acc_is_differentiated(acc, differentiated) or _flows_into_any(facts, stmt, acc, differentiated):
             return None
         for name in _operand_names(value):
             for loop in loops:
@@ -241,7 +265,11 @@ class LossAccumulatesGraph(Rule):
                 if not matches:
                     continue
                 call, scalar = matches[0]
-                if _rebound_between(loop, name.id, call, stmt) or _bound_elsewhere(loop, acc, stmt):
+                if _rebound_between(loop, name.id, call, stmt) or _reset_every_iteration(facts, loops[0], acc, stmt):
+                    return None
+                if not any(_dominates(facts, c, stmt, loop) for c, _ in matches) and _bound_to_plain_value(facts, stmt, name.id):
+                    # `loss = 0.0` ... `if cond: loss = crit(..); loss.backward()` ... `acc += loss`:
+                    # `loss` may still be a float here, and `0.0.detach()` would raise.
                     return None
                 return self._report(facts, stmt, acc, name, scalar)
         return None
@@ -317,11 +345,75 @@ def _rebound_between(loop: ast.AST, name: str, a: ast.AST, b: ast.AST) -> bool:
     return False
 
 
-def _bound_elsewhere(loop: ast.AST, acc: str, stmt: ast.stmt) -> bool:
-    """Whether ``acc`` is (re)bound inside ``loop`` by a statement other than ``stmt``."""
+_BRANCHES = (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.ExceptHandler, ast.comprehension, *_SCOPES)
+if hasattr(ast, "match_case"):
+    _BRANCHES = (*_BRANCHES, ast.match_case)
+
+
+def _reset_every_iteration(facts, loop: ast.AST, acc: str, stmt: ast.stmt) -> bool:
+    """Whether ``acc`` is (re)bound by another statement that runs on every iteration of
+    ``loop`` (not under an ``if``, a nested loop or an ``except``): then no graph outlives
+    an iteration. A reset under ``if i % 100 == 99:`` still lets up to 100 graphs pile up."""
     own = stmt.target if isinstance(stmt, ast.AugAssign) else stmt.targets[0]
     for node in ast.walk(loop):
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            if node is not own and dotted_name(node) == acc:
+            if node is own or dotted_name(node) != acc:
+                continue
+            current = facts.parents.get(node)
+            while current is not None and current is not loop and not isinstance(current, _BRANCHES):
+                current = facts.parents.get(current)
+            if current is loop:
                 return True
     return False
+
+
+_CONDITIONAL = (ast.If, ast.IfExp, ast.BoolOp, ast.For, ast.AsyncFor, ast.While, ast.ExceptHandler, *_SCOPES)
+if hasattr(ast, "match_case"):
+    _CONDITIONAL = (*_CONDITIONAL, ast.match_case)
+
+
+def _dominates(facts, call: ast.AST, stmt: ast.stmt, loop: ast.AST) -> bool:
+    """Whether every pass through ``loop``'s body that reaches ``stmt`` ran ``call``'s branch:
+    no ``if``/inner loop/``except`` holds ``call`` without holding ``stmt`` in the same arm."""
+    child, node = call, facts.parents.get(call)
+    while node is not None and node is not loop:
+        if isinstance(node, _CONDITIONAL):
+            arm = next((f for f in ("body", "orelse", "handlers", "finalbody") if _holds(facts, getattr(node, f, None), child)), None)
+            if arm is None or not _holds(facts, getattr(node, arm), stmt):
+                return False
+        child, node = node, facts.parents.get(node)
+    return node is loop
+
+
+def _holds(facts, block, node: ast.AST) -> bool:
+    if not isinstance(block, list):
+        return False
+    return any(is_within(facts, node, s) for s in block)
+
+
+def _bound_to_plain_value(facts, stmt: ast.stmt, name: str) -> bool:
+    """Whether the function binds ``name`` to a number or ``None`` somewhere (``loss = 0.0``)."""
+    for other in facts.statements(facts.enclosing_function(stmt)):
+        if isinstance(other, (ast.Assign, ast.AnnAssign)) and isinstance(other.value, ast.Constant):
+            targets = other.targets if isinstance(other, ast.Assign) else [other.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                return True
+    return False
+
+
+def _flows_into_any(facts, stmt: ast.stmt, acc: str, exprs) -> bool:
+    """Whether a name assigned from ``acc`` in the function (``avg = acc / n``), directly or
+    through other assignments, is read by one of ``exprs`` (backward receivers,
+    ``autograd.grad`` calls): the sum is backpropagated through an alias."""
+    func = facts.enclosing_function(stmt)
+    tainted: set[str] = set()
+    for other in facts.statements(func):
+        if other is stmt or not isinstance(other, (ast.Assign, ast.AnnAssign, ast.AugAssign)) or other.value is None:
+            continue
+        if any(isinstance(n, (ast.Name, ast.Attribute)) and dotted_name(n) == acc for n in ast.walk(other.value)):
+            targets = other.targets if isinstance(other, ast.Assign) else [other.target]
+            tainted |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    if not tainted:
+        return False
+    read = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
+    return any(r in tainted or facts.flows_into(func, tainted, r) for r in read)

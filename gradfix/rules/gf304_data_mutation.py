@@ -78,12 +78,37 @@ def _loop_over_parameters(facts, name: str, at: ast.AST) -> bool:
     return False
 
 
+_LEAF_SOURCE = re.compile(r"requires_grad|Parameter\(")
+
+
+def _computed_local(facts, name: str, at: ast.AST) -> bool:
+    """Whether ``name`` is assigned in its function from a computation that is neither a
+    parameter (``w = self.weight``) nor a leaf made to require grad (``w = torch.randn(..,
+    requires_grad=True)``): ``p = F.softmax(x)`` is then an activation that backward may have
+    saved, and writing to it under ``no_grad`` would raise where ``.data`` did not."""
+    func = facts.enclosing_function(at)
+    for stmt in facts.statements(func):
+        if isinstance(stmt, ast.Assign):
+            targets = stmt.targets
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets = [stmt.target]
+        else:
+            continue
+        if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for t in targets for n in ast.walk(t)):
+            source = source_of(facts, stmt.value)
+            if not (_PARAM_SOURCE.search(source) or _LEAF_SOURCE.search(source)):
+                return True
+    return False
+
+
 def _receiver_kind(facts, receiver: ast.expr) -> str:
     """``param`` (fix it), ``unknown`` (report only) or ``other`` (stay silent)."""
     name = _last_name(receiver)
     if name is None:
         return "unknown"
     if _PARAM_NAME.search(name):
+        if isinstance(receiver, ast.Name) and _computed_local(facts, name, receiver):
+            return "unknown"
         return "param"
     if _NOT_A_TENSOR.search(name):
         return "other"
@@ -132,7 +157,9 @@ class DataMutation(Rule):
     `with` block (one finding for the run); inside an existing grad-disabled region `.data`
     is just dropped. Only receivers that are surely tensors with autograd state (names like
     `param`, `weight`, `bias`, `grad`, `p`, `w`, or a loop over `.parameters()`) are fixed;
-    other receivers are reported without a fix, and those whose `.data` is usually an
+    a bare name assigned from some other computation in the same function (`p =
+    F.softmax(x)`: an activation that backward may have saved) and other receivers are
+    reported without a fix, and those whose `.data` is usually an
     ordinary attribute (`self.data`, `dataset.data`, a `PackedSequence`) are not reported.
     Rebinding `.data` (`w.data = w.data[:, keep]`, a shape change) and reading it are not
     flagged.
@@ -189,6 +216,13 @@ class DataMutation(Rule):
         Invalid("def f(h):\n    h.data.zero_()\n", None),
         # `torch` is a local here: reported without a fix.
         Invalid("def f(p, torch):\n    p.data.zero_()\n", None),
+        # `p` is an activation here (softmax saves its output): reported without a fix.
+        Invalid("import torch\ndef f(x):\n    p = torch.softmax(x, -1)\n    p.data.clamp_(1e-6, 1)\n    return p\n", None),
+        # A leaf made to require grad (the classic tutorial's manual SGD): fixed.
+        Invalid(
+            "import torch\nw1 = torch.randn(3, 4, requires_grad=True)\nw1.data -= 0.1 * w1.grad\n",
+            "import torch\nw1 = torch.randn(3, 4, requires_grad=True)\nwith torch.no_grad():\n    w1 -= 0.1 * w1.grad\n",
+        ),
         # A one-line `if`: reported without a fix.
         Invalid("def f(p, reset):\n    if reset: p.data.zero_()\n", None),
     ]

@@ -60,3 +60,32 @@ def test_inference_mode_works_as_decorator_called_or_bare(called):
 
     out = predict(torch.ones(2, requires_grad=True))
     assert out.is_inference() and not out.requires_grad
+
+
+def test_modules_built_under_inference_mode_have_inference_weights():
+    """Why functions that build modules (timm's `fuse`) or copy a model (an EMA teacher) are
+    left alone: the new weights can be neither trained nor updated in place later."""
+    with torch.inference_mode():
+        fused = torch.nn.Linear(2, 2)
+    assert fused.weight.is_inference()
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        fused(torch.randn(1, 2, requires_grad=True)).sum().backward()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="[Ii]nplace update to inference tensor"):
+        fused.weight.mul_(0.999)  # an EMA step on the copy
+
+
+def test_in_place_init_of_a_normal_tensor_keeps_it_normal():
+    """`trunc_normal_(w)` under inference mode gains nothing: `w` is not an inference tensor."""
+    weight = torch.nn.Parameter(torch.empty(3))
+    with torch.inference_mode():
+        weight.uniform_()
+    assert not weight.is_inference()
+
+
+def test_inference_mode_integer_targets_break_a_loss():
+    """Generated tokens or pseudo-labels reused as targets in training fail too."""
+    with torch.inference_mode():
+        targets = torch.tensor([0, 2])
+    logits = torch.randn(2, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        torch.nn.functional.cross_entropy(logits, targets).backward()

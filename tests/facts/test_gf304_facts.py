@@ -80,3 +80,36 @@ def test_rebinding_data_changes_the_shape_which_no_grad_in_place_cannot():
     w = torch.nn.Parameter(torch.ones(2, 4))
     w.data = w.data[:, :2]
     assert w.shape == (2, 2)
+
+
+def test_clamping_a_saved_activation_through_data_works_but_under_no_grad_raises():
+    """Why a bare name assigned from a computation (`p = F.softmax(x)`) is only reported: the
+    `.data` hack trains today, the rewrite would stop it at the first backward."""
+    x = torch.randn(4, requires_grad=True)
+    p = torch.softmax(x, 0)  # softmax saves its output
+    p.data.clamp_(0.3, 1)
+    p.sum().backward()
+    q = torch.softmax(x.detach().requires_grad_(), 0)
+    with torch.no_grad():
+        q.clamp_(0.3, 1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        q.sum().backward()
+
+
+def test_no_grad_in_place_on_buffers_views_and_grads_gives_the_same_values():
+    """Receivers the fix rewrites besides parameters: a buffer, a view of a parameter, `.grad`."""
+    bn = torch.nn.BatchNorm1d(3)
+    weight = torch.nn.Parameter(torch.zeros(2, 3))
+    (weight * 2).sum().backward()
+    via_data = [bn.running_mean.clone(), weight.detach().clone(), weight.grad.clone()]
+    via_data[0].data.add_(1)
+    via_data[1].data[0].fill_(5)
+    via_data[2].data.zero_()
+    with torch.no_grad():
+        bn.running_mean.add_(1)
+        weight[0].fill_(5)
+        weight.grad.zero_()
+    assert torch.equal(bn.running_mean, via_data[0])
+    assert torch.equal(weight.detach(), via_data[1])
+    assert torch.equal(weight.grad, via_data[2])
+    assert weight.is_leaf and weight.grad_fn is None

@@ -1,8 +1,8 @@
 from torch import no_grad, cat
 
 
-def embed_corpus(encoder, batches):
-    # Embeddings for the search index; nothing here is trained.
+def score_corpus(encoder, batches):
+    # Relevance scores for the search page; nothing here is trained.
     with no_grad():
         chunks = [encoder(b) for b in batches]
         return cat(chunks)
@@ -10,7 +10,7 @@ def embed_corpus(encoder, batches):
 
 def embed_and_log(encoder, batches, log):
     with no_grad():
-        out = embed_corpus(encoder, batches)
+        out = score_corpus(encoder, batches)
     log(out.shape)  # not wholly one block: left alone
     return out
 
