@@ -354,9 +354,27 @@ class FileFacts:
                 out.append(MethodCall(call, call.func.attr, dotted_name(call.func.value)))
         return out
 
+    @cached_property
+    def _method_calls_by_scope(self) -> dict[tuple[FunctionNode | None, str], list[MethodCall]]:
+        index: dict[tuple[FunctionNode | None, str], list[MethodCall]] = {}
+        for m in self.method_calls:
+            index.setdefault((self.function_of.get(m.call), m.method), []).append(m)
+        return index
+
     def method_calls_in(self, func: FunctionNode | None, method: str) -> list[MethodCall]:
         """Calls of ``.method(...)`` whose nearest enclosing function is ``func`` (None: module)."""
-        return [m for m in self.method_calls if m.method == method and self.function_of.get(m.call) is func]
+        return list(self._method_calls_by_scope.get((func, method), ()))
+
+    @cached_property
+    def _calls_by_scope(self) -> dict[FunctionNode | None, list[ast.Call]]:
+        index: dict[FunctionNode | None, list[ast.Call]] = {}
+        for call in self.calls:
+            index.setdefault(self.function_of.get(call), []).append(call)
+        return index
+
+    def calls_in(self, func: FunctionNode | None) -> list[ast.Call]:
+        """Calls whose nearest enclosing function is ``func`` (None: module level)."""
+        return list(self._calls_by_scope.get(func, ()))
 
     def calls_to(self, qualname: str) -> list[ast.Call]:
         return [c for c in self.calls if self.call_qualname(c) == qualname]

@@ -593,8 +593,7 @@ def _has_site_call(facts: FileFacts, func) -> bool:
         if facts.method_calls_in(func, name):
             return True
     return any(
-        facts.function_of.get(c) is func and facts.call_qualname(c) in ("torch.autograd.grad", "torch.autograd.backward")
-        for c in facts.calls
+        facts.call_qualname(c) in ("torch.autograd.grad", "torch.autograd.backward") for c in facts.calls_in(func)
     )
 
 

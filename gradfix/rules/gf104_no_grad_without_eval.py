@@ -157,7 +157,7 @@ def is_optimizer_step(call: ast.Call) -> bool:
 
 
 def own_calls(facts: FileFacts, scope) -> list[ast.Call]:
-    return [c for c in facts.calls if facts.function_of.get(c) is scope]
+    return facts.calls_in(scope)
 
 
 def calls_backward(facts: FileFacts, scope) -> bool:
@@ -365,6 +365,58 @@ def _called_by_name(facts: FileFacts, call: ast.Call, name: str) -> bool:
     return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
 
 
+def _passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
+    """Names that mean one of ``names`` inside ``func`` when ``call`` calls it."""
+    inside = set(names)
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+        params = params[1:]
+    for index, arg in enumerate(call.args):
+        name = dotted_name(arg)
+        if name and index < len(params) and any(related(name, n) for n in names):
+            inside.add(params[index])
+    for kw in call.keywords:
+        name = dotted_name(kw.value)
+        if name and kw.arg and any(related(name, n) for n in names):
+            inside.add(kw.arg)
+    return inside
+
+
+def _left_in_eval_by_call(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """Before ``node``, ``func`` last calls a function of this file that switches the module it
+    is given, and that function leaves it in eval mode (`train(model); test(model)` in an epoch
+    loop, then a final evaluation): the module is in eval mode already."""
+    last: tuple[tuple[int, int], str] | None = None
+    for call in own_calls(facts, func):
+        if pos(call) >= pos(node):
+            continue
+        callee = _callee(call)
+        for f in facts.functions:
+            if f.name != callee or f is func:
+                continue
+            inside = _passed_names(f, call, names)
+            mine = [sw for sw in own_switches(facts, f) if any(covers(sw.receiver, n) for n in inside)]
+            if mine and (last is None or pos(call) > last[0]):
+                last = (pos(call), max(mine, key=lambda sw: pos(sw.call)).mode)
+    return last is not None and last[1] == "eval"
+
+
+def _submodule_of_module(facts: FileFacts, func, module: str) -> bool:
+    """`self.<x>` in a method of a class that is itself an nn.Module (it defines `forward`):
+    a submodule, whose mode follows the parent's `.train()`/`.eval()`, which the caller sets."""
+    if not module.startswith("self."):
+        return False
+    cls = owner_class(facts, func)
+    return cls is not None and any(isinstance(m, FUNCTIONS) and m.name == "forward" for m in cls.body)
+
+
+def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
+    """`model(batch)` as a bare statement: run for its side effects (lazy parameters, warm-up,
+    tracing), not to look at its outputs; not an evaluation."""
+    parent = facts.parents.get(call)
+    return isinstance(parent, ast.Expr) and parent.value is call
+
+
 def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     """An enclosing function switches the module before it calls the nested def."""
     inner = func
@@ -437,6 +489,10 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
             if _mode_api(facts, func, names):
                 continue
             if _managed_in_function(facts, func, names, call):
+                continue
+            if _output_discarded(facts, call) or _submodule_of_module(facts, func, module):
+                continue
+            if _left_in_eval_by_call(facts, func, names, call):
                 continue
             if _managed_by_enclosing(facts, func, names) or _managed_by_caller(facts, func, names):
                 continue
@@ -652,8 +708,36 @@ class NoGradWithoutEval(Rule):
             "        self.model(x).sum().backward()\n        self.opt.step()\n\nclass Predictor:\n"
             "    def run(self, x):\n        with torch.no_grad():\n            return self.model(x)\n"
         ),
+        # a forward whose output is thrown away: materialising lazy parameters, not evaluating
+        Valid(
+            "import torch\nmodel = build()\n\n@torch.no_grad()\ndef init_params(batch):\n"
+            "    model(batch)  # initialise lazy parameters\n\n" + _TRAIN.replace("(model, ", "(")
+        ),
+        # the last helper called before the final evaluation leaves the model in eval mode
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef test(model, x):\n    model.eval()\n    with torch.no_grad():\n"
+            "        return model(x)\n\ndef main(model, loader, opt, x):\n    for epoch in range(3):\n"
+            "        train(model, loader, opt)\n        test(model, x)\n    with torch.no_grad():\n"
+            "        z = model(x)\n    return z\n"
+        ),
+        # a submodule used in a method of an nn.Module: it follows the parent's mode
+        Valid(
+            "import torch\nclass Chat(torch.nn.Module):\n    def __init__(self, lm):\n        super().__init__()\n"
+            "        self.lm = lm\n        self.lm.train()  # keep dropout\n\n    def forward(self, x):\n"
+            "        return self.lm(x)\n\n    def generate(self, x):\n        with torch.no_grad():\n"
+            "            return self.lm.generate(x)\n"
+        ),
     ]
     INVALID = [
+        # the last helper called before the evaluation leaves the model in *train* mode
+        Invalid(
+            "import torch\n" + _TRAIN + "\ndef test(model, x):\n    model.eval()\n    with torch.no_grad():\n"
+            "        return model(x)\n\ndef main(model, loader, opt, x):\n    test(model, x)\n"
+            "    train(model, loader, opt)\n    with torch.no_grad():\n        z = model(x)\n    return z\n",
+            "import torch\n" + _TRAIN + "\ndef test(model, x):\n    model.eval()\n    with torch.no_grad():\n"
+            "        return model(x)\n\ndef main(model, loader, opt, x):\n    test(model, x)\n"
+            "    train(model, loader, opt)\n    model.eval()\n    with torch.no_grad():\n        z = model(x)\n    return z\n",
+        ),
         # the enclosing function sets *train* mode before running the nested evaluation
         Invalid(
             "import torch\n" + _TRAIN + "\ndef fit(model, x):\n    model.train()\n    def val():\n        with torch.no_grad():\n"
