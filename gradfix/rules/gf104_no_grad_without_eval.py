@@ -570,7 +570,12 @@ class NoGradWithoutEval(Rule):
     layers or dropout), and so is sampling from a GAN generator (`G`, `netG`, `generator`):
     GANs often sample in training mode on purpose (pix2pix keeps dropout as noise; instance
     norm with running statistics gives worse images in eval mode). A call without arguments (`model.get_classifier()`) is no forward, and
-    `self.model` in one class is not `self.model` in another.
+    `self.model` in one class is not `self.model` in another. Also left alone: a forward whose
+    result is thrown away (`model(batch)` as a statement: lazy-parameter initialisation, a
+    warm-up), `self.<submodule>` in a method of a class that defines `forward` (an nn.Module:
+    the submodule follows the mode its caller sets on the parent), and an evaluation right
+    after the function called a helper of this file that leaves the module in eval mode
+    (`train(model); test(model)` in the epoch loop, then a final evaluation).
 
     ## Why is this bad?
     `no_grad` only stops graph recording; it does not change how layers behave. `model.eval()`

@@ -134,8 +134,12 @@ class Plan:
     in_loop: ast.AST | None = None
 
 
-def plan_train_insertion(facts: FileFacts, scope, uses: list[ast.AST], items: list[ModeItem]) -> Plan:
-    entry_train = scope is None  # a fresh module trains; a function inherits its caller's mode
+def plan_train_insertion(
+    facts: FileFacts, scope, uses: list[ast.AST], items: list[ModeItem], fresh: bool = False
+) -> Plan:
+    # A fresh module trains (module-level code, or one this function builds before using it);
+    # a function inherits its caller's mode.
+    entry_train = scope is None or fresh
     if _all_covered(facts, scope, uses, items, entry_train):
         return Plan("ok")
     events = [i for i in items if i.kind != "train"]
@@ -216,6 +220,34 @@ def _optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[st
     return out
 
 
+def _built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
+    """Statements of ``scope`` that bind the plain local name ``module`` (`net = Net()`), in
+    source order; empty for a parameter, a global, an attribute or module-level code."""
+    if scope is None or "." in module:
+        return []
+    params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+    if module in params or module in facts.scope_of_node[scope].globals:
+        return []
+    out = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == module and isinstance(node.ctx, ast.Store):
+            if facts.function_of.get(node) is scope:
+                stmt = node
+                while stmt is not None and not isinstance(stmt, ast.stmt):
+                    stmt = facts.parents.get(stmt)
+                if stmt is not None:
+                    out.append(stmt)
+    return sorted(out, key=pos)
+
+
+def _constructed(stmt: ast.stmt) -> bool:
+    """`net = Net(...)` / `net = nn.Sequential(...).to(device)`: a new module, in train mode."""
+    value = getattr(stmt, "value", None)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "cpu"):
+        value = value.func.value
+    return isinstance(value, ast.Call)
+
+
 def _switches_others_only(facts: FileFacts, scope, module: str) -> bool:
     """The scope puts other modules into train mode itself but never this one: the author
     manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
@@ -290,7 +322,10 @@ class TrainWithoutTrainMode(Rule):
     is not reported, or reported without a fix. Only forwards that run before an optimizer
     step count as training steps: a script's `net.eval()` and test loop after all training is
     not reported. `self.model` switched by another class is another object, and a class with its
-    own `train()`/`eval()` methods leaves the mode to its users.
+    own `train()`/`eval()` methods leaves the mode to its users. A module the function builds
+    itself (`net = Net()`) is a fresh object in training mode: other functions' `net.eval()`
+    do not reach it, only its own function's switches and the helpers it passes it to; and a
+    `.train()` is never inserted before the statement that builds the module.
     """
 
     code = "GF105"
@@ -370,6 +405,18 @@ class TrainWithoutTrainMode(Rule):
             + _EVAL
             + "\nfor epoch in range(3):\n    model.train()\n    train_epoch(model, loader, opt)\n    evaluate(model, x)\n"
         ),
+        # a module this function builds is not the `net` other functions put into eval mode
+        Valid(
+            "import torch\ndef predict(net, x):\n    net.eval()\n    return net(x)\n\n"
+            "def train_concise(trainer_fn, data_iter):\n    net = torch.nn.Sequential(torch.nn.Linear(5, 1))\n"
+            "    optimizer = trainer_fn(net.parameters())\n    for X, y in data_iter:\n        optimizer.zero_grad()\n"
+            "        ((net(X) - y) ** 2).mean().backward()\n        optimizer.step()\n"
+        ),
+        # a fresh module trains, then is switched to eval after all training
+        Valid(
+            "import torch\ndef run(loader, x):\n    net = Net()\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+            "    for xb in loader:\n        net(xb).sum().backward()\n        opt.step()\n    net.eval()\n    return net(x)\n"
+        ),
     ]
     INVALID = [
         # one-epoch function: insert at its start (after the docstring)
@@ -416,6 +463,15 @@ class TrainWithoutTrainMode(Rule):
             "import torch\ndef fit(model, loader, opt):\n    model.backbone.eval()\n    for x in loader:\n"
             "        model(x).sum().backward()\n        opt.step()\n" + _EVAL,
             None,
+        ),
+        # a module built here and evaluated in its own epoch loop: fixed after it exists
+        Invalid(
+            "import torch\ndef run(loader, x):\n    net = Net()\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+            "    for epoch in range(3):\n        for xb in loader:\n            net(xb).sum().backward()\n"
+            "            opt.step()\n        net.eval()\n        print(net(x))\n",
+            "import torch\ndef run(loader, x):\n    net = Net()\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
+            "    for epoch in range(3):\n        net.train()\n        for xb in loader:\n            net(xb).sum().backward()\n"
+            "            opt.step()\n        net.eval()\n        print(net(x))\n",
         ),
     ]
 
@@ -465,6 +521,9 @@ class TrainWithoutTrainMode(Rule):
         notes: dict[tuple, tuple] = {}
         for module, uses in uses_by_module.items():
             items = mode_items(facts, scope, {module})
+            built = _built_here(facts, scope, module)
+            if built and not any(i.kind != "train" for i in items):
+                continue  # a fresh module of this function: other functions' `net` are other objects
             if self._caller_sets_mode(facts, scope, module):
                 continue
             if scope is not None and _mode_api(facts, scope, (module,)):
@@ -476,9 +535,12 @@ class TrainWithoutTrainMode(Rule):
             frozen = [
                 s for s in own_switches(facts, scope) if s.mode == "eval" and s.receiver.startswith(module + ".")
             ]
-            plan = plan_train_insertion(facts, scope, uses, items)
+            fresh = bool(built) and pos(built[0]) < min(map(pos, uses)) and _constructed(built[0])
+            plan = plan_train_insertion(facts, scope, uses, items, fresh)
             if plan.outcome in ("ok", "silent"):
                 continue
+            if plan.outcome == "insert" and built and pos(built[0]) >= pos(plan.target):
+                plan = Plan("nofix")  # `.train()` there would run before the module exists
             first = min(uses, key=pos)
             if frozen or plan.outcome == "nofix":
                 key = ("nofix", module)

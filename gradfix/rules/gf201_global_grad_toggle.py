@@ -24,6 +24,8 @@ _STATE_SETTERS = re.compile(
     r"|reset_\w+|setup_\w+|\w+_(start|begin|mode|setup))$"
 )
 
+_ENTRY_NAME = re.compile(r"^(_?main(_\w+)?|\w+_main)$")
+
 
 @dataclass
 class _Toggle:
@@ -122,7 +124,10 @@ class GlobalGradToggle(Rule):
     a `try`) whose last toggle is not a closing `set_grad_enabled(True)`, since code after
     the block would change too. Functions that save the mode with `torch.is_grad_enabled()`
     and restore it are correct and never reported, and neither are the toggles of the
-    GF202 pattern (`True` … `False` inside a grad-disabled `with`).
+    GF202 pattern (`True` … `False` inside a grad-disabled `with`). Nor are lone toggles in a
+    script's entry point (`main`, `main_worker`, …, a module-level function the file uses only
+    under its `if __name__ == "__main__":` guard): like a toggle under the guard itself, they
+    set the mode of the whole program on purpose, and nothing runs after them to see the leak.
     """
 
     code = "GF201"
@@ -150,6 +155,12 @@ class GlobalGradToggle(Rule):
         ),
         # A script's global setting.
         Valid("import torch\nif __name__ == '__main__':\n    torch.set_grad_enabled(False)\n    main()\n"),
+        # The script's entry point, run only from the `__main__` guard: the same global setting
+        # (a sampling script that turns grad off for the whole process).
+        Valid(
+            "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    torch.set_grad_enabled(False)\n"
+            "    model = build(args)\n    save(model(args.x))\n\nif __name__ == '__main__':\n    main(parse())\n"
+        ),
         # Assigned, not a bare statement.
         Valid("import torch\ndef f():\n    ctx = torch.set_grad_enabled(False)\n    return ctx\n"),
         # A hand-made context manager toggles on purpose.
@@ -258,6 +269,15 @@ class GlobalGradToggle(Rule):
             "import torch\ndef setup(model, x):\n    with torch.no_grad():\n        stats = model(x)\n"
             "    return stats\n",
         ),
+        # `main` is also called by another function: its caller sees the leak, so it is fixed.
+        Invalid(
+            "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    torch.set_grad_enabled(False)\n"
+            "    return build(args)(args.x)\n\ndef sweep(runs):\n    return [main(a) for a in runs]\n\n"
+            "if __name__ == '__main__':\n    main(parse())\n",
+            "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    with torch.no_grad():\n"
+            "        return build(args)(args.x)\n\ndef sweep(runs):\n    return [main(a) for a in runs]\n\n"
+            "if __name__ == '__main__':\n    main(parse())\n",
+        ),
         # A generator: diagnostic only.
         Invalid(
             "import torch\ndef batches(model, loader):\n    torch.set_grad_enabled(False)\n"
@@ -345,6 +365,10 @@ class GlobalGradToggle(Rule):
                     closer = i + 1
             units.append((i, closer))
             i = closer + 1 if closer is not None else i + 1
+        if reason is None and units and all(closer is None for _, closer in units) and _entry_point(facts, func):
+            # The program's entry point (`main`, run only from the `__main__` guard): the mode
+            # it sets is the whole script's on purpose, like a toggle under the guard itself.
+            return
         if reason is None and _STATE_SETTERS.match(func.name) and any(closer is None for _, closer in units):
             reason = (
                 f"`{func.name}` looks like a setup method, so the mode it sets is probably meant for the code "
@@ -701,6 +725,29 @@ def _under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
             return True
         node = facts.parents.get(node)
     return False
+
+
+def _entry_point(facts: FileFacts, func) -> bool:
+    """A module-level function that the file uses only under its `__main__` guard (`main(args)`,
+    `fire.Fire(main)`, `mp.spawn(main_worker, ...)`): what it leaks, nothing runs after."""
+    # The conventional name too: a `validate(model, loader)` smoke-tested under the guard is
+    # still a library function other modules import.
+    if not isinstance(facts.parents.get(func), ast.Module) or not _ENTRY_NAME.match(func.name):
+        return False
+    uses = [
+        n
+        for n in ast.walk(facts.tree)
+        if isinstance(n, ast.Name) and n.id == func.name and isinstance(n.ctx, ast.Load)
+    ]
+    if not uses:
+        return False
+    for n in uses:
+        stmt = n
+        while stmt is not None and not isinstance(stmt, ast.stmt):
+            stmt = facts.parents.get(stmt)
+        if stmt is None or not _under_main_guard(facts, stmt) or facts.enclosing_function(stmt) is not None:
+            return False
+    return True
 
 
 def _cst_literal_bool(call: cst.Call) -> bool | None:

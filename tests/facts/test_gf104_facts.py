@@ -104,3 +104,30 @@ def test_train_false_is_eval():
     model = _net()
     model.train(False)
     assert not model.training and not model[2].training
+
+
+def test_submodule_follows_the_parents_mode_set_by_the_caller():
+    """Held-out review: `self.lm` in a method of an nn.Module is left alone, because the caller's
+    `parent.train()`/`parent.eval()` reaches it (also after the submodule switched itself)."""
+    parent = nn.Module()
+    parent.lm = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+    parent.lm.train()
+    parent.eval()
+    assert not parent.lm.training and not parent.lm[1].training
+    parent.lm.train()
+    parent.train(False)
+    assert not parent.lm[1].training
+    parent.train()
+    assert parent.lm.training and parent.lm[1].training
+
+
+def test_a_discarded_forward_under_no_grad_materialises_lazy_parameters():
+    """Held-out review: `model(batch)` as a bare statement under `no_grad` (PyG's `init_params`)
+    initialises lazy parameters; it is not an evaluation. The parameters still train later."""
+    model = nn.Sequential(nn.LazyLinear(3))
+    with torch.no_grad():
+        model(torch.randn(2, 5))
+    weight = model[0].weight
+    assert isinstance(weight, nn.Parameter) and weight.shape == (3, 5) and weight.requires_grad
+    model(torch.randn(2, 5)).sum().backward()
+    assert weight.grad is not None

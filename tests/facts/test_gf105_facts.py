@@ -135,3 +135,13 @@ def test_cli_apply_with_both_rules(tmp_path: Path):
     assert fixed != SCRIPT
     steps = [training for kind, training in _run(fixed) if kind in ("step", "fit")]
     assert steps and all(steps)
+
+
+def test_a_freshly_built_module_is_in_training_mode():
+    """Held-out review: a module a function builds itself (`net = nn.Sequential(...).to(dev)`)
+    starts in training mode, so a training loop right after it needs no `.train()`."""
+    net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2), nn.Dropout()).to("cpu")
+    assert net.training and all(m.training for m in net.modules())
+    other = nn.Sequential(nn.Linear(2, 2))
+    other.eval()
+    assert net.training  # another object named `net` elsewhere does not share the mode
