@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from gradfix.facts import build_facts
-from gradfix.fixer import FixContext, apply_fixes
+from gradfix.fixer import FixContext, FixRun, apply_fixes
 from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
 from gradfix.rule import Rule
 from gradfix.rules import all_rules
@@ -152,22 +152,45 @@ def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Se
     return apply_fixes(source, wanted, _builder(settings), path)
 
 
-def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> bytes | str:
-    """``source`` with every allowed fix applied (same type as given)."""
-    as_bytes = source.encode("utf-8") if isinstance(source, str) else source
-    new = as_bytes
-    for _ in range(FIX_PASSES):
-        run = fix_findings(new, check(new, path, settings), settings, path)
-        if run is None or run.source == new:
-            break
-        new = run.source
-    return new.decode("utf-8") if isinstance(source, str) else new
-
-
 # A fix can uncover another finding (GF101 makes a `with` a real grad context that GF203 then
 # looks into; an overlapped fix waits for the outer one): fix again until nothing changes, so
 # that a second `--apply` never changes the file again.
 FIX_PASSES = 10
+
+
+@dataclass
+class StableFix:
+    """The outcome of fixing a source until a further pass changes nothing."""
+
+    source: bytes
+    fixed: list[Finding]  # every finding fixed, in any pass (where it was found)
+    first_pass: set[int]  # indexes into the findings given that the first pass fixed
+    remaining: list[Finding]  # the findings of the final source
+    notes: list[str]
+
+
+def fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>") -> StableFix:
+    current, fixed, first_pass, notes = source, [], set(), []
+    for number in range(FIX_PASSES):
+        run = fix_findings(current, findings, settings, path)
+        if run is None:
+            break
+        notes.extend(n for n in run.notes if n not in notes)
+        if run.source == current:
+            break
+        if number == 0:
+            first_pass = set(run.applied)
+        fixed += [findings[i] for i in sorted(run.applied)]
+        current = run.source
+        findings = check(current, path, settings)  # it compiled, so it parses
+    return StableFix(current, fixed, first_pass, findings, notes)
+
+
+def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> bytes | str:
+    """``source`` with every allowed fix applied (same type as given)."""
+    as_bytes = source.encode("utf-8") if isinstance(source, str) else source
+    new = fix_until_stable(as_bytes, check(as_bytes, path, settings), settings, path).source
+    return new.decode("utf-8") if isinstance(source, str) else new
 
 
 @dataclass(frozen=True)
@@ -190,21 +213,12 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return result
     result.findings = [FixOutcome(f) for f in findings]
     if want_fixes:
-        current, fixed = source, []
-        for _ in range(FIX_PASSES):
-            run = fix_findings(current, findings, job.settings, job.display)
-            if run is None:
-                break
-            result.notes.extend(n for n in run.notes if n not in result.notes)
-            if run.source == current:
-                break
-            fixed += [FixOutcome(findings[i], applied=True) for i in sorted(run.applied)]
-            current = run.source
-            findings = check(current, job.display, job.settings)  # it compiled: it parses
-        if current != source:
+        stable = fix_until_stable(source, findings, job.settings, job.display)
+        result.notes.extend(stable.notes)
+        if stable.source != source:
             # Fixed findings (where they were found) and what is left in the new source.
-            result.new_source = current
-            outcomes = fixed + [FixOutcome(f) for f in findings]
+            result.new_source = stable.source
+            outcomes = [FixOutcome(f, applied=True) for f in stable.fixed] + [FixOutcome(f) for f in stable.remaining]
             result.findings = sorted(outcomes, key=lambda o: (o.finding.span, o.finding.code))
     return result
 
@@ -215,8 +229,9 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
     def check_cells(text: str) -> list[Finding]:
         return check(text, job.display, job.settings)
 
-    def fix_cells(text: str, findings: list[Finding]):
-        return fix_findings(text.encode("utf-8"), findings, job.settings, job.display)
+    def fix_cells(text: str, findings: list[Finding]) -> FixRun:
+        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display)
+        return FixRun(stable.source, stable.first_pass, stable.notes)
 
     try:
         return process_notebook(source, job.display, check_cells, fix_cells, want_fixes)

@@ -101,17 +101,31 @@ def test_diff_is_per_cell_and_writes_nothing(tmp_path, capsys, monkeypatch):
 
 def test_string_sources_and_no_notebooks_flag(tmp_path, capsys, monkeypatch):
     cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-              "source": "import torch\nwith torch.no_grad:\n    pass\n"}]
+              "source": "import torch\nwith torch.no_grad:\n    y = x * 2\n"}]
     path = tmp_path / "s.ipynb"
     write_notebook(path, cells)
     code, out, _ = run_cli(["--no-notebooks", "."], capsys, monkeypatch, tmp_path)
     assert code == 0 and "s.ipynb" not in out
     code, _, _ = run_cli(["--apply", "."], capsys, monkeypatch, tmp_path)
     assert code == 0
-    assert json.loads(path.read_text())["cells"][0]["source"] == "import torch\nwith torch.no_grad():\n    pass\n"
+    assert json.loads(path.read_text())["cells"][0]["source"] == "import torch\nwith torch.no_grad():\n    y = x * 2\n"
 
 
 def test_invalid_notebook_is_a_clear_error(tmp_path, capsys, monkeypatch):
     (tmp_path / "bad.ipynb").write_text("{not json")
     code, out, err = run_cli(["bad.ipynb"], capsys, monkeypatch, tmp_path)
     assert code == 2 and "bad.ipynb:1:1: not a notebook" in out and "Traceback" not in err
+
+
+def test_notebook_fixes_are_idempotent_when_one_fix_uncovers_another(tmp_path, capsys, monkeypatch):
+    # GF101 makes the block a real grad context; GF204 then unwraps it (it does no tensor work).
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+              "source": "import torch\nwith torch.no_grad:\n    pass\n"}]
+    path = tmp_path / "n.ipynb"
+    write_notebook(path, cells)
+    code, _, _ = run_cli(["--apply", "."], capsys, monkeypatch, tmp_path)
+    assert code == 0
+    once = path.read_bytes()
+    assert json.loads(once)["cells"][0]["source"] == "import torch\npass\n"
+    code, _, _ = run_cli(["--apply", "."], capsys, monkeypatch, tmp_path)
+    assert code == 0 and path.read_bytes() == once
