@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
+from functools import lru_cache
 from pathlib import Path
 from typing import List, Optional
 
@@ -33,7 +34,13 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Find and fix PyTorch gradient-control mistakes (no_grad, set_grad_enabled, eval, detach).",
+    # Plain click output: a usage error is a short plain message (no rich panels to grep through).
+    rich_markup_mode=None,
+    help=(
+        "Find and fix PyTorch gradient-control mistakes (no_grad, set_grad_enabled, eval, detach).\n\n"
+        "`gradfix PATH...` is `gradfix check PATH...`: see `gradfix check -h` for --diff, --apply, "
+        "--select and the other options. `gradfix --version` prints the version."
+    ),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -55,6 +62,24 @@ def _codes(value: Optional[str], flag: str) -> tuple[str, ...] | None:
     return validate_codes([c for c in value.split(",") if c.strip()], flag)
 
 
+def _excluded_by_config(path: Path, config) -> bool:
+    """``exclude`` patterns of a pyproject.toml are relative to its folder, wherever gradfix is run."""
+    if config.root is None or not config.exclude:
+        return False
+    try:
+        rel = path.resolve().relative_to(config.root).as_posix()
+    except ValueError:
+        return False
+    return _exclude_spec(config.exclude).match_file(rel)
+
+
+@lru_cache(maxsize=None)
+def _exclude_spec(patterns: tuple[str, ...]):
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(list(patterns))
+
+
 def _display(path: Path) -> str:
     try:
         rel = os.path.relpath(path)
@@ -65,26 +90,43 @@ def _display(path: Path) -> str:
 
 @app.command("check")
 def check_command(
-    paths: List[Path] = typer.Argument(..., help="Files or folders to check."),
+    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Files or folders to check (folders: *.py and *.ipynb)."),
     diff: bool = typer.Option(False, "--diff", help="Print the fixes as a unified diff; write nothing."),
     apply: bool = typer.Option(False, "--apply", "--fix", help="Rewrite files in place."),
     unsafe_fixes: Optional[bool] = typer.Option(
         None, "--unsafe-fixes/--no-unsafe-fixes", help="Include fixes that change behaviour on purpose."
     ),
-    select: Optional[str] = typer.Option(None, help="Comma-separated codes or prefixes to check (GF2,GF301)."),
-    ignore: Optional[str] = typer.Option(None, help="Comma-separated codes or prefixes to skip."),
-    extend_select: Optional[str] = typer.Option(None, help="Codes to add to the selection."),
-    option: List[str] = typer.Option([], "--option", "-o", help="Rule option CODE.NAME=VALUE, e.g. GF202.style=block."),
-    output_format: OutputFormat = typer.Option(OutputFormat.text, "--format", help="Output format."),
-    output_file: Optional[Path] = typer.Option(None, "--output-file", "-O", help="Write the report here, not to stdout."),
-    exclude: List[str] = typer.Option([], "--exclude", help="Glob of paths to skip while walking folders."),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Worker processes (default: all cores)."),
+    select: Optional[str] = typer.Option(
+        None,
+        metavar="CODES",
+        help="Comma-separated codes or prefixes to check (GF2,GF301); replaces the configured selection. "
+        "Off-by-default rules need their full code; ALL selects every rule.",
+    ),
+    ignore: Optional[str] = typer.Option(None, metavar="CODES", help="Comma-separated codes or prefixes to skip (ALL: every rule)."),
+    extend_select: Optional[str] = typer.Option(None, metavar="CODES", help="Comma-separated codes or prefixes to add to the selection."),
+    option: List[str] = typer.Option(
+        [], "--option", "-o", metavar="CODE.NAME=VALUE", help="Rule option, e.g. GF202.style=block (repeatable)."
+    ),
+    output_format: OutputFormat = typer.Option(
+        OutputFormat.text, "--format", help="text (default), json, sarif (SARIF 2.1.0) or github (workflow annotations)."
+    ),
+    output_file: Optional[Path] = typer.Option(None, "--output-file", "-O", metavar="FILE", help="Write the report here, not to stdout."),
+    exclude: List[str] = typer.Option(
+        [],
+        "--exclude",
+        metavar="GLOB",
+        help="gitignore-style pattern of paths to skip while walking a folder, relative to that folder (repeatable).",
+    ),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, metavar="N", help="Worker processes (default: all cores)."),
     notebooks: bool = typer.Option(True, "--notebooks/--no-notebooks", help="Also check *.ipynb files in folders."),
     interactive: bool = typer.Option(
         False, "--interactive", "-i", help="Review each fix as a diff hunk and choose which to write (unsafe ones too)."
     ),
     verify_cmd: Optional[str] = typer.Option(
-        None, "--verify-cmd", help="With --apply: keep only the rules' fixes after which this command still passes."
+        None,
+        "--verify-cmd",
+        metavar="CMD",
+        help="With --apply: run CMD before and after; keep only the rules' fixes after which it still passes.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
 ) -> None:
@@ -115,13 +157,17 @@ def check_command(
         excludes = list(exclude)
         extensions = (".py", ".ipynb") if notebooks else (".py",)
         for path in paths:
+            excludes_here = excludes
             if path.is_dir():
-                excludes_here = excludes + list(config_for_file(path / "__init__.py").exclude)
-            else:
-                excludes_here = excludes
+                config = config_for_file(path / "__init__.py")
+                if config.root is not None and config.root == path.resolve():
+                    excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
             try:
                 for found in discover([path], exclude=excludes_here, extensions=extensions):
-                    settings = settings_for(found.path, config_for_file(found.path), cli)
+                    config = config_for_file(found.path)
+                    if not found.explicit and _excluded_by_config(found.path, config):
+                        continue
+                    settings = settings_for(found.path, config, cli)
                     jobs_list.append(Job(str(found.path), settings, _display(found.path)))
             except PathError as exc:
                 _err(str(exc))
@@ -139,7 +185,7 @@ def check_command(
         raise typer.Exit(_review(jobs_list, jobs))
     try:
         results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
-        exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file)
+        exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file, path_errors)
         if path_errors:
             exit_code = 2
     except KeyboardInterrupt:
@@ -172,9 +218,11 @@ def _review(jobs_list: list[Job], workers: int | None) -> int:
     errors = review(results, jobs_list)
     for error in errors:
         _err(error)
-    for line in text_report(results, True, "apply"):
+    # What is left is reported as a plain run would: an unsafe fix needs --unsafe-fixes there.
+    unsafe = any(j.settings.unsafe_fixes for j in jobs_list)
+    for line in text_report(results, unsafe, "apply"):
         print(line)
-    print(summary(results, True, "apply"))
+    print(summary(results, unsafe, "apply"))
     if errors or any(r.error for r in results):
         return 2
     return 1 if any(not o.applied for r in results for o in r.findings) else 0
@@ -198,7 +246,15 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputFormat, output_file: Path | None) -> int:
+def _emit(
+    results,
+    jobs_list,
+    diff: bool,
+    apply: bool,
+    output_format: OutputFormat,
+    output_file: Path | None,
+    path_errors: int = 0,
+) -> int:
     unsafe = any(j.settings.unsafe_fixes for j in jobs_list)
     errors = []
     if apply:
@@ -209,6 +265,9 @@ def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputForm
         if result.error_kind in ("io", "internal"):  # write errors too: one line each
             message = result.error if result.error.startswith("cannot") else f"{result.path}: {result.error}"
             _err(message)
+        elif result.error_kind == "syntax" and output_format in (OutputFormat.json, OutputFormat.sarif):
+            # The json schema has no place for it: say on stderr why the exit status is 2.
+            _err(f"{result.path}:{result.error}")
     if diff:
         for result in sorted(results, key=lambda r: r.path):
             patch = file_diff(result)
@@ -216,7 +275,11 @@ def _emit(results, jobs_list, diff: bool, apply: bool, output_format: OutputForm
                 write_diff(patch)
     mode = "apply" if apply else "diff" if diff else "check"
     if output_format is OutputFormat.text:
-        report_lines = text_report(results, unsafe, mode) + [summary(results, unsafe, mode)]
+        closing = summary(results, unsafe, mode)
+        if path_errors:  # the summary tells the whole story: paths that were not found count too
+            closing = closing.replace("All checks passed!", "No findings.")
+            closing += f" {path_errors} path{'s' * (path_errors != 1)} not found."
+        report_lines = text_report(results, unsafe, mode) + [closing]
     elif output_format is OutputFormat.json:
         report_lines = [json_report(results, applied_mode=apply)]
     elif output_format is OutputFormat.sarif:
@@ -262,7 +325,17 @@ def rules_command() -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table("code", "name", "fix", "default", "summary", title="gradfix rules")
+        from rich.table import Column
+
+        # Codes and names are what users type: never cut them; the summary wraps.
+        table = Table(
+            Column("code", no_wrap=True),
+            Column("name", no_wrap=True),
+            Column("fix", no_wrap=True),
+            "default",
+            "summary",
+            title="gradfix rules",
+        )
         for row in rows:
             table.add_row(*row)
         Console().print(table)
@@ -305,8 +378,11 @@ def verify_command(
     jobs: Optional[int] = typer.Option(None, "--jobs", "-j", min=1, help="Scenario processes at once (default: all cores)."),
 ) -> None:
     """Prove each rule's fix by running scenarios before and after it (needs torch)."""
-    if device not in ("cpu", "cuda", "all") or output_format not in ("text", "json"):
-        _err("--device must be cpu, cuda or all; --format must be text or json")
+    if device not in ("cpu", "cuda", "all"):
+        _err(f"--device {device!r}: expected cpu, cuda or all")
+        raise typer.Exit(2)
+    if output_format not in ("text", "json"):
+        _err(f"--format {output_format!r}: expected text or json")
         raise typer.Exit(2)
     from gradfix import verify  # lazy: torch is only imported by the harness
 

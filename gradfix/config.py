@@ -190,9 +190,14 @@ def settings_for(path: Path, config: Config, cli: CliOverrides) -> Settings:
 
 
 def _expand_all(settings: Settings) -> Settings:
-    """``ALL`` selects every rule, off-by-default ones included."""
+    """``ALL`` means every rule, off-by-default ones included, in select, ignore and extend-select."""
+    every = tuple(r.code for r in all_rules())
     if "ALL" in settings.select:
-        return replace(settings, select=tuple(r.code for r in all_rules()))
+        settings = replace(settings, select=every)
+    if "ALL" in settings.ignore:
+        settings = replace(settings, ignore=every)
+    if "ALL" in settings.extend_select:
+        settings = replace(settings, extend_select=every)
     return settings
 
 

@@ -152,7 +152,10 @@ def _escape(value: str, prop: bool = False) -> str:
 
 
 def github_report(results: Sequence[FileResult]) -> list[str]:
-    """GitHub Actions workflow commands: one ``::warning``/``::error`` line per finding."""
+    """GitHub Actions workflow commands: one ``::warning``/``::error`` line per finding.
+
+    Findings that ``--apply`` fixed are not annotated: the code they pointed at is gone.
+    """
     lines = []
     for result in sorted(results, key=lambda r: r.path):
         if result.error:
@@ -161,11 +164,14 @@ def github_report(results: Sequence[FileResult]) -> list[str]:
             message = where[3] if where else result.error
             lines.append(f"::error {props},title=gradfix::{_escape(message)}")
         for outcome in result.findings:
+            if outcome.applied:
+                continue
             f = outcome.finding
             fix = {FixSafety.SAFE: " (safe fix available)", FixSafety.UNSAFE: " (unsafe fix available)"}.get(f.fix, "")
             props = (
                 f"file={_escape(result.path, True)},line={f.span.line},col={f.span.col + 1},"
                 f"endLine={f.span.end_line},endColumn={f.span.end_col + 1},title={f.code} {_escape(f.name, True)}"
             )
-            lines.append(f"::warning {props}::{_escape(f.message + fix)}")
+            cell = "" if f.cell is None else f"cell {f.cell}, line {f.span.line}: "  # notebooks: lines are the cell's
+            lines.append(f"::warning {props}::{_escape(cell + f.message + fix)}")
     return lines
