@@ -20,6 +20,7 @@ from gradfix.config import CliOverrides, ConfigError, config_for_file, parse_opt
 from gradfix.engine import Job
 from gradfix.files import PathError, discover
 from gradfix.report import (
+    as_on_disk,
     file_diff,
     json_report,
     print_summary_table,
@@ -274,6 +275,8 @@ def _emit(
             if patch:
                 write_diff(patch)
     mode = "apply" if apply else "diff" if diff else "check"
+    if diff:
+        results = as_on_disk(results)
     if output_format is OutputFormat.text:
         closing = summary(results, unsafe, mode)
         if path_errors:  # the summary tells the whole story: paths that were not found count too

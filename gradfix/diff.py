@@ -46,3 +46,21 @@ def _content(prefix: bytes, line: bytes) -> bytes:
     if line.endswith(b"\n"):
         return prefix + line
     return prefix + line + b"\n\\ No newline at end of file\n"
+
+
+def old_line_of(old: bytes, new: bytes):
+    """A function mapping a line of ``new`` to the line of ``old`` it came from (1-based).
+
+    Unchanged lines map exactly; a line inside a rewritten region maps to the region's first
+    old line. Used to point at the file on disk when only a preview (``--diff``) was made.
+    """
+    opcodes = difflib.SequenceMatcher(None, split_lines(old), split_lines(new), autojunk=False).get_opcodes()
+
+    def mapped(line: int) -> int:
+        index = line - 1
+        for tag, i1, i2, j1, j2 in opcodes:
+            if j1 <= index < j2 or (j1 == j2 == index):
+                return i1 + (index - j1) + 1 if tag == "equal" else i1 + 1
+        return line
+
+    return mapped

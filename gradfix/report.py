@@ -157,3 +157,29 @@ def print_summary_table(results: Sequence[FileResult], stream) -> None:
     for code, name, n, fixed, left in rows:
         table.add_row(code, name, str(n), str(fixed), str(left))
     Console(file=stream).print(table)
+
+
+def as_on_disk(results: Sequence[FileResult]) -> list[FileResult]:
+    """For a preview (``--diff``): findings left after the fixes, at their lines in the file on
+    disk (the engine reports them in the fixed source, which was not written)."""
+    from dataclasses import replace
+
+    from gradfix.diff import old_line_of
+
+    out = []
+    for result in results:
+        if not result.changed or result.path.endswith(".ipynb"):
+            out.append(result)
+            continue
+        to_old = old_line_of(result.old_source, result.new_source)
+        findings = []
+        for outcome in result.findings:
+            if not outcome.applied:
+                f = outcome.finding
+                line, end_line = to_old(f.span.line), to_old(f.span.end_line)
+                span = replace(f.span, line=line, end_line=max(line, end_line))
+                outcome = FixOutcome(replace(f, span=span, anchors=()), applied=False)
+            findings.append(outcome)
+        findings.sort(key=lambda o: (o.finding.span, o.finding.code))
+        out.append(replace(result, findings=findings))
+    return out

@@ -336,3 +336,19 @@ def test_real_subprocess(tmp_path):
     assert b"Traceback" not in both.stderr + both.stdout
     assert (tmp_path / "bad.py").read_text() == FIXED
     assert (tmp_path / "broken.py").read_text() == "print 'python 2'\n"
+
+
+def test_diff_reports_remaining_findings_at_their_lines_on_disk(tree):
+    # The first fix removes a line (GF101 then GF204 unwraps an empty block); the finding left
+    # below it must point at its line in the file on disk, not in the unwritten preview.
+    (tree / "m.py").write_text(
+        "import torch\n\n\ndef f(model, x):\n    with torch.no_grad:\n        pass\n    return x\n\n\n"
+        "def g(x):\n    if x:\n        torch.set_grad_enabled(True)\n    return x\n"
+    )
+    result = run("--diff", "m.py")
+    assert result.exit_code == 1
+    remaining = [line for line in result.stderr.splitlines() if "GF201" in line]
+    assert remaining and remaining[0].startswith("m.py:12:9: GF201"), result.stderr
+    result = run("--apply", "m.py")
+    remaining = [line for line in result.stdout.splitlines() if "GF201" in line]
+    assert remaining[0].startswith("m.py:11:9: GF201")  # after --apply: the line in the new file
