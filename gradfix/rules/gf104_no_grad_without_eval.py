@@ -53,6 +53,19 @@ ENV_LIKE = re.compile(r"env", re.I)
 GENERATOR = re.compile(r"^(G|G_?[A-Z0-9]\w*|G_\w+|netG\w*|net_?[gG]|g_ema|gen|gen_\w+|\w*[gG]enerator\w*)$")
 
 
+# torch.nn layers that compute the same thing in train and eval mode (no dropout, no running
+# statistics): a network built only from them does not care about `.eval()` (pinned in
+# tests/facts/test_gf104_facts.py).
+MODE_FREE_LAYERS = frozenset(
+    """Linear Bilinear Identity Flatten Unflatten Conv1d Conv2d Conv3d ConvTranspose1d
+    ConvTranspose2d ConvTranspose3d ReLU ReLU6 LeakyReLU PReLU ELU SELU CELU GELU SiLU Mish
+    Tanh Sigmoid Hardtanh Hardsigmoid Hardswish Softmax LogSoftmax Softplus Softsign Tanhshrink
+    MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d
+    AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d
+    Embedding Upsample ZeroPad2d ConstantPad1d ConstantPad2d LayerNorm GroupNorm""".split()
+)
+
+
 def pos(node: ast.AST) -> tuple[int, int]:
     return (node.lineno, node.col_offset)
 
@@ -410,6 +423,99 @@ def _submodule_of_module(facts: FileFacts, func, module: str) -> bool:
     return cls is not None and any(isinstance(m, FUNCTIONS) and m.name == "forward" for m in cls.body)
 
 
+def _eval_chain(value: ast.AST) -> bool:
+    """``Net(...).eval()``, ``Net().to(device).eval()``: a method chain that ends in eval mode
+    (`.eval()` and `.to()`/`.cuda()` return the module itself)."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        attr, args = value.func.attr, [*value.args, *(k.value for k in value.keywords)]
+        if attr == "eval" and not args:
+            return True
+        if attr == "train":
+            return len(args) == 1 and literal_bool(args[0]) is False
+        value = value.func.value
+    return False
+
+
+def _bound_in_eval(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """Before ``node``, ``func`` binds the module's name to a chain ending in `.eval()`
+    (`model = Net().eval()`; `g, d = G().eval(), D().eval()`): a fresh module in eval mode."""
+    roots = {n.split(".", 1)[0] for n in names}
+    for stmt in facts.statements(func):
+        if not isinstance(stmt, ast.Assign) or pos(stmt) >= pos(node):
+            continue
+        for target in stmt.targets:
+            pairs = [(target, stmt.value)]
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List)):
+                if len(target.elts) == len(stmt.value.elts):
+                    pairs = list(zip(target.elts, stmt.value.elts))
+            for t, v in pairs:
+                if isinstance(t, ast.Name) and t.id in roots and _eval_chain(v):
+                    return True
+    return False
+
+
+def _decoding_loop(facts: FileFacts, func, call: ast.Call) -> bool:
+    """Autoregressive decoding: in a loop of ``func``, the module's output flows back into its
+    own next input, and no input comes from what the loops iterate over (`for _ in
+    range(max_new_tokens): logits = model(idx); idx = cat(idx, sample(logits))`). The model
+    makes its own inputs from a prompt: a sampling utility, often called mid-training to
+    print samples, whose caller owns the mode; inserting `.eval()` there would leave training
+    in eval mode. A loop over a data set (an RNN carrying its hidden state over batches) reads
+    the loop's items, so it is still an evaluation."""
+    loops = own_loops_around(facts, call, func)
+    if not loops:
+        return False
+    stmt = facts.parents.get(call)
+    if isinstance(stmt, ast.Assign) and stmt.value is call:
+        produced = set().union(*map(_bound_names, stmt.targets))
+    else:
+        return False
+    inputs = set().union(set(), *(_names_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
+    if not produced or not inputs:
+        return False
+    if not any(i in produced or facts.flows_into(func, produced, i) for i in inputs):
+        return False
+    items: set[str] = set()
+    for loop in loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            items |= _bound_names(loop.target)
+    items -= produced
+    return not any(i in items or facts.flows_into(func, items, i) for i in inputs)
+
+
+def _mode_free_layer(facts: FileFacts, expr: ast.AST) -> bool:
+    if isinstance(expr, ast.IfExp):
+        return _mode_free_layer(facts, expr.body) and _mode_free_layer(facts, expr.orelse)
+    if not isinstance(expr, ast.Call):
+        return False
+    name = facts.call_qualname(expr) or ""
+    if name == "torch.nn.Sequential":
+        return _mode_free_sequential(facts, expr)
+    return name.startswith("torch.nn.") and name[len("torch.nn.") :] in MODE_FREE_LAYERS
+
+
+def _mode_free_sequential(facts: FileFacts, call: ast.Call) -> bool:
+    return bool(call.args) and not call.keywords and all(_mode_free_layer(facts, a) for a in call.args)
+
+
+def _mode_free_module(facts: FileFacts, module: str) -> bool:
+    """Every network this file builds under the name is an `nn.Sequential` of layers that act
+    the same in train and eval mode (`nn.Sequential(nn.Linear(1, 100), nn.ReLU(), ...)` in a
+    course notebook): `.eval()` would change nothing, so there is nothing to report."""
+    if "." in module:
+        return False
+    built = False
+    for node in ast.walk(facts.tree):
+        if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Call):
+            continue
+        if not any(isinstance(t, ast.Name) and t.id == module for t in node.targets):
+            continue
+        if not _mode_free_layer(facts, node.value) or facts.call_qualname(node.value) != "torch.nn.Sequential":
+            return False
+        built = True
+    return built
+
+
 def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
     """`model(batch)` as a bare statement: run for its side effects (lazy parameters, warm-up,
     tracing), not to look at its outputs; not an evaluation."""
@@ -488,7 +594,9 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
             names = (module, target)
             if _mode_api(facts, func, names):
                 continue
-            if _managed_in_function(facts, func, names, call):
+            if _managed_in_function(facts, func, names, call) or _bound_in_eval(facts, func, names, call):
+                continue
+            if _decoding_loop(facts, func, call) or _mode_free_module(facts, module):
                 continue
             if _output_discarded(facts, call) or _submodule_of_module(facts, func, module):
                 continue
@@ -575,7 +683,14 @@ class NoGradWithoutEval(Rule):
     warm-up), `self.<submodule>` in a method of a class that defines `forward` (an nn.Module:
     the submodule follows the mode its caller sets on the parent), and an evaluation right
     after the function called a helper of this file that leaves the module in eval mode
-    (`train(model); test(model)` in the epoch loop, then a final evaluation).
+    (`train(model); test(model)` in the epoch loop, then a final evaluation). Nor does it fire
+    on autoregressive sampling (in a loop, the module's output flows back into its next input
+    and nothing comes from a data set: a `generate(model, prompt)` helper whose caller owns the
+    mode), on a module bound in the function to a chain ending in `.eval()`
+    (`model = Net().eval()`), or on a network that the file builds only as an `nn.Sequential`
+    of layers that behave the same in both modes (`Linear`, `ReLU`, `Conv2d`, `LayerNorm`, …).
+    When the module is bound in the function after the place `.eval()` would go
+    (`model = Net()` inside a decorated function), it is reported without a fix.
 
     ## Why is this bad?
     `no_grad` only stops graph recording; it does not change how layers behave. `model.eval()`
@@ -732,8 +847,57 @@ class NoGradWithoutEval(Rule):
             "        return self.lm(x)\n\n    def generate(self, x):\n        with torch.no_grad():\n"
             "            return self.lm.generate(x)\n"
         ),
+        # autoregressive sampling: the model's output becomes its next input; such helpers are
+        # called mid-training to print samples and leave the mode to their caller
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef sample(model, prompt, steps):\n    tokens = prompt\n"
+            "    for _ in range(steps):\n        with torch.no_grad():\n            scores = model(tokens[:, -8:])\n"
+            "        nxt = scores[:, -1].argmax(-1, keepdim=True)\n        tokens = torch.cat([tokens, nxt], 1)\n"
+            "    return tokens\n"
+        ),
+        # built in eval mode on the spot: `Net().eval()` returns the module, already switched
+        Valid(
+            "import torch\n" + _TRAIN + "\n@torch.no_grad()\ndef predict(path, x):\n    model = Net().eval()\n"
+            "    model.load_state_dict(torch.load(path))\n    return model(x)\n\n"
+            "def pick(x):\n    with torch.no_grad():\n        gen, model = Gen().eval(), Net().to('cpu').eval()\n"
+            "        return model(gen(x))\n"
+        ),
+        # a network of layers that act the same in train and eval mode: `.eval()` changes nothing
+        Valid(
+            "import torch\nfrom torch import nn\nmodel = nn.Sequential(nn.Linear(1, 64), nn.Tanh(), nn.Linear(64, 1))\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor step in range(100):\n"
+            "    opt.zero_grad()\n    model(x).sub(y).pow(2).mean().backward()\n    opt.step()\n\n"
+            "def curve(grid):\n    with torch.no_grad():\n        return model(grid)\n"
+        ),
     ]
     INVALID = [
+        # an RNN carrying its hidden state over a data set is an evaluation, not sampling
+        Invalid(
+            "import torch\n" + _TRAIN + "\ndef evaluate(model, batches):\n    hidden, total = None, 0.0\n"
+            "    with torch.no_grad():\n        for x, y in batches:\n            out, hidden = model(x, hidden)\n"
+            "            total += (out - y).pow(2).sum().item()\n    return total\n",
+            "import torch\n" + _TRAIN + "\ndef evaluate(model, batches):\n    hidden, total = None, 0.0\n"
+            "    model.eval()\n    with torch.no_grad():\n        for x, y in batches:\n            out, hidden = model(x, hidden)\n"
+            "            total += (out - y).pow(2).sum().item()\n    return total\n",
+        ),
+        # a module built in the function without `.eval()`: reported, but `.eval()` cannot go
+        # before the binding, so no automatic fix
+        Invalid(
+            "import torch\n" + _TRAIN + "\n@torch.no_grad()\ndef predict(path, x):\n    model = Net()\n"
+            "    model.load_state_dict(torch.load(path))\n    return model(x)\n",
+            None,
+        ),
+        # a Sequential with dropout does care about the mode
+        Invalid(
+            "import torch\nfrom torch import nn\nmodel = nn.Sequential(nn.Linear(1, 64), nn.Dropout(0.2), nn.Linear(64, 1))\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor step in range(100):\n"
+            "    opt.zero_grad()\n    model(x).sub(y).pow(2).mean().backward()\n    opt.step()\n\n"
+            "def curve(grid):\n    with torch.no_grad():\n        return model(grid)\n",
+            "import torch\nfrom torch import nn\nmodel = nn.Sequential(nn.Linear(1, 64), nn.Dropout(0.2), nn.Linear(64, 1))\n"
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor step in range(100):\n"
+            "    opt.zero_grad()\n    model(x).sub(y).pow(2).mean().backward()\n    opt.step()\n\n"
+            "def curve(grid):\n    model.eval()\n    with torch.no_grad():\n        return model(grid)\n",
+        ),
         # the last helper called before the evaluation leaves the model in *train* mode
         Invalid(
             "import torch\n" + _TRAIN + "\ndef test(model, x):\n    model.eval()\n    with torch.no_grad():\n"
@@ -817,6 +981,15 @@ class NoGradWithoutEval(Rule):
             else:
                 flags = tuple(unused_name(facts, gap.func, f"{m.rsplit('.', 1)[-1]}_was_training") for m in gap.modules)
             data = (tuple(gap.modules), facts.span(target), facts.span(last), flags)
+            late = _bound_from(facts, gap.func, gap.modules, target)
+            if late is not None:
+                message = (
+                    f"{names} is evaluated under {where} without {evals}: disabling grad does not switch dropout "
+                    f"off or freeze batch-norm. No automatic fix: `{late}` is bound in this function at or after "
+                    f"the place `.eval()` would go; call `.eval()` on it right after it is built or loaded"
+                )
+                yield self.report(facts, gap.call, message, anchors=anchors, fix=False)
+                continue
             yield self.report(facts, gap.call, message, anchors=anchors, data=data)
 
     def fix(self, finding, ctx):
@@ -861,6 +1034,28 @@ class NoGradWithoutEval(Rule):
             downstream=True,
             keep=("*: grad mode after", "exception"),
         )
+
+
+def _bound_from(facts: FileFacts, func, modules: list[str], target: ast.stmt) -> str | None:
+    """A module name (its root) that ``func`` binds at or after ``target``, where the fix
+    would insert `<module>.eval()`: inserting there would read it before it exists."""
+    roots = {m.split(".", 1)[0] for m in modules}
+    for stmt in facts.statements(func):
+        if pos(stmt) < pos(target) and not is_descendant(facts, stmt, target):
+            continue
+        bound = set()
+        if isinstance(stmt, ast.Assign):
+            bound = set().union(*map(_bound_names, stmt.targets))
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+            bound = _bound_names(stmt.target)
+        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
+            bound = _bound_names(stmt.target)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            bound = set().union(set(), *(_bound_names(i.optional_vars) for i in stmt.items if i.optional_vars))
+        hit = sorted(bound & roots)
+        if hit:
+            return hit[0]
+    return None
 
 
 def _wrap_range(facts: FileFacts, gap: EvalGap) -> tuple[ast.stmt, ast.stmt]:

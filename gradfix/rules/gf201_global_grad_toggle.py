@@ -114,7 +114,9 @@ class GlobalGradToggle(Rule):
     once, when the function is defined, not at each call. The file's spelling of torch is
     kept (`T.no_grad()`, `torch.autograd.no_grad()`).
 
-    Reported without a fix: module-level toggles; toggles under `if`/`except`/`case`
+    Module-level toggles that end with `set_grad_enabled(True)` (the module hands the default
+    mode back) and those of a notebook (nothing imports it; its top level is the script) are
+    silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
     `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
@@ -160,6 +162,12 @@ class GlobalGradToggle(Rule):
         Valid(
             "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    torch.set_grad_enabled(False)\n"
             "    model = build(args)\n    save(model(args.x))\n\nif __name__ == '__main__':\n    main(parse())\n"
+        ),
+        # A module-level pair that hands the default mode back (a tutorial showing the API):
+        # nothing that imports the module sees a change.
+        Valid(
+            "import torch as t\nt.set_grad_enabled(False)  # demo: graphs are not recorded\nx = t.ones(1)\n"
+            "w = t.rand(1, requires_grad=True)\nprint((x * w).requires_grad)\nt.set_grad_enabled(True)\n"
         ),
         # Assigned, not a bare statement.
         Valid("import torch\ndef f():\n    ctx = torch.set_grad_enabled(False)\n    return ctx\n"),
@@ -326,6 +334,10 @@ class GlobalGradToggle(Rule):
     def _report_module_level(self, facts, parent, toggles):
         if _under_main_guard(facts, toggles[0].stmt):
             return
+        if facts.path.endswith(".ipynb"):
+            return  # a notebook's top level is the script itself: nothing imports it
+        if len(toggles) > 1 and toggles[-1].mode is True:
+            return  # `False` … `True`: the module hands the default mode back; no importer sees a change
         for t in toggles:
             yield self.report(
                 facts,

@@ -131,3 +131,41 @@ def test_a_discarded_forward_under_no_grad_materialises_lazy_parameters():
     assert isinstance(weight, nn.Parameter) and weight.shape == (3, 5) and weight.requires_grad
     model(torch.randn(2, 5)).sum().backward()
     assert weight.grad is not None
+
+
+def test_eval_and_to_return_the_module_itself():
+    """Held-out review 3: `model = Net().eval()` / `Net().to(dev).eval()` binds the module, in
+    eval mode, so a later forward under no_grad needs no further `.eval()`."""
+    net = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+    assert net.eval() is net and not net[1].training
+    fresh = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+    bound = fresh.to("cpu").eval()
+    assert bound is fresh and not bound.training and not bound[1].training
+
+
+def test_mode_free_layers_compute_the_same_in_train_and_eval():
+    """Held-out review 3: a Sequential of the layers in gf104's MODE_FREE_LAYERS (sampled here)
+    gives identical outputs in both modes; adding dropout or batch-norm breaks that."""
+    from gradfix.rules.gf104_no_grad_without_eval import MODE_FREE_LAYERS
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 8, 8)
+    nets = [
+        nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.GroupNorm(2, 4), nn.Flatten(),
+                      nn.LayerNorm(36), nn.Linear(36, 5), nn.Tanh(), nn.LogSoftmax(1)),
+        nn.Sequential(nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(12, 6), nn.GELU(), nn.Softmax(1)),
+    ]
+    for net in nets:
+        names = {type(m).__name__ for m in net}
+        assert names <= MODE_FREE_LAYERS
+        net.train()
+        a = net(x)
+        net.eval()
+        assert torch.equal(a, net(x))
+    for layer in (nn.Dropout(0.5), nn.BatchNorm2d(3)):
+        assert type(layer).__name__ not in MODE_FREE_LAYERS
+        net = nn.Sequential(layer, nn.Flatten(), nn.Linear(192, 2))
+        net.train()
+        a = net(x)
+        net.eval()
+        assert not torch.equal(a, net(x))
