@@ -270,6 +270,22 @@ def _builds_state(facts: FileFacts, func) -> bool:
     return False
 
 
+def _reads_training_flag(func) -> bool:
+    """Whether ``func`` reads some module's ``.training`` flag (``self.pre_nms_topk[self.training]``,
+    ``was_training = model.training``): it is written to run in the middle of training, where a
+    caller (often a base class's ``forward`` in another file) may feed its results into a loss.
+    Inference tensors there raise once they are saved for backward (detectron2's RRPN proposals
+    go into ROIAlign; PyG's GNNExplainer trains its masks against the initial prediction).
+    ``assert not self.training`` does not count: it insists on evaluation."""
+    nodes = own_nodes(func)
+    asserted = {id(n) for a in nodes if isinstance(a, ast.Assert) for n in ast.walk(a)}
+    return any(
+        isinstance(node, ast.Attribute) and node.attr == "training" and isinstance(node.ctx, ast.Load)
+        and id(node) not in asserted
+        for node in nodes
+    )
+
+
 class PreferInferenceMode(Rule):
     """
     ## What it does
@@ -310,7 +326,9 @@ class PreferInferenceMode(Rule):
     their return value (attributes, caches, arguments), that build modules or parameters
     (`nn.Conv2d(..)`, `nn.Parameter`, `copy.deepcopy`: their weights would be inference
     tensors that can be neither trained nor updated in place, e.g. by an EMA) or that export a
-    model (`torch.jit`, `torch.onnx`, `torch.export`) are not reported. The fix keeps the
+    model (`torch.jit`, `torch.onnx`, `torch.export`) are not reported, nor functions that read
+    a module's `.training` flag: they run in the middle of training, where a caller in another
+    file (often a base class's `forward`) may feed their results into a loss. The fix keeps the
     spelling of the torch module (`T.no_grad()` becomes `T.inference_mode()`).
     """
 
@@ -381,10 +399,28 @@ class PreferInferenceMode(Rule):
             "import copy\nimport torch\n@torch.no_grad()\ndef make_eval_teacher(model):\n    teacher = copy.deepcopy(model)\n"
             "    return teacher\n"
         ),
+        # Reads the training flag: runs inside training, where its results may become a
+        # target or an input that autograd saves (a base class's forward calls it).
+        Valid(
+            "import torch\nclass RotatedRPN(RPN):\n    @torch.no_grad()\n"
+            "    def predict_proposals(self, anchors, deltas):\n"
+            "        return decode(anchors, deltas)[: self.topk[self.training]]\n"
+        ),
+        Valid(
+            "import torch\n@torch.no_grad()\ndef initial_prediction(model, x):\n    was_training = model.training\n"
+            "    model.eval()\n    out = model(x).argmax(-1)\n    model.train(was_training)\n    return out\n"
+        ),
         # Exporters: tracing under inference mode is a different code path.
         Valid("import torch\n@torch.no_grad()\ndef export_for_test(model, x):\n    return torch.jit.trace(model, x)\n"),
     ]
     INVALID = [
+        # `assert not self.training` insists on evaluation (PyG's layer-wise `inference`).
+        Invalid(
+            "import torch\nclass SAGE(torch.nn.Module):\n    @torch.no_grad()\n    def inference(self, x):\n"
+            "        assert not self.training\n        return self.lin(x)\n",
+            "import torch\nclass SAGE(torch.nn.Module):\n    @torch.inference_mode()\n    def inference(self, x):\n"
+            "        assert not self.training\n        return self.lin(x)\n",
+        ),
         Invalid(
             "import torch\n\n@torch.no_grad()  # eval only\ndef predict(model, x):\n    return model(x).argmax(1)\n",
             "import torch\n\n@torch.inference_mode()  # eval only\ndef predict(model, x):\n    return model(x).argmax(1)\n",
@@ -442,7 +478,7 @@ class PreferInferenceMode(Rule):
                 continue
             if not (_INFERENCE_WORDS & _name_words(func.name) or _returns_plain_values(func)):
                 continue
-            if _builds_state(facts, func) or feeds_training(facts, func):
+            if _builds_state(facts, func) or _reads_training_flag(func) or feeds_training(facts, func):
                 continue
             what = source_of(facts, region.expr)
             func_expr = region.expr.func if isinstance(region.expr, ast.Call) else region.expr

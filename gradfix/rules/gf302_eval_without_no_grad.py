@@ -169,6 +169,51 @@ def _split_at_unrelated(facts: FileFacts, run: Sequence[ast.stmt], calls: Sequen
     return groups
 
 
+def _grad_off_decorator(func) -> bool:
+    """A decorator of the project's own that says it turns grad off (yolov5's
+    ``@smart_inference_mode()``, a ``@no_grad_if(..)`` helper): ``FileFacts`` only knows torch's
+    own, so the function may already run without grad; stay silent."""
+    for decorator in func.decorator_list:
+        expr = decorator.func if isinstance(decorator, ast.Call) else decorator
+        last = (dotted_name(expr) or "").rpartition(".")[2].lower()
+        if "inference_mode" in last or "no_grad" in last:
+            return True
+    return False
+
+
+def _fresh_bindings(func, receivers: set[str]) -> list[tuple]:
+    """``(position, "bind", receiver, node)`` for each assignment in ``func`` that binds one of
+    ``receivers`` to another object (``norm = Normalizer()``: a new module, in training mode).
+    ``model = model.eval()`` / ``model = model.to(dev)`` return the same module: not fresh."""
+    out = []
+    for node in own_nodes(func):
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            targets, value = [node.target], node.value
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.withitem)):
+            targets = [node.target if not isinstance(node, ast.withitem) else node.optional_vars]
+            value = None
+        else:
+            continue
+        for target in targets:
+            for element in ast.walk(target) if target is not None else ():
+                name = dotted_name(element) if isinstance(element, (ast.Name, ast.Attribute)) else None
+                if name not in receivers or not isinstance(getattr(element, "ctx", None), ast.Store):
+                    continue
+                root = value
+                while isinstance(root, (ast.Call, ast.Attribute)):
+                    if dotted_name(root) == name:
+                        break
+                    root = root.func if isinstance(root, ast.Call) else root.value
+                if value is not None and root is not None and dotted_name(root) == name:
+                    continue  # the same module, returned by one of its own methods
+                if isinstance(value, ast.Call) and any(dotted_name(a) == name for a in value.args):
+                    continue  # a wrapper of the same module: `torch.jit.script(model)`, `DataParallel(model)`
+                out.append(((node.lineno, node.col_offset), "bind", name, node))
+    return out
+
+
 def _is_glue(stmt: ast.stmt, bound: set[str]) -> bool:
     if not isinstance(stmt, _SIMPLE):
         return False
@@ -228,7 +273,10 @@ class EvalWithoutNoGrad(Rule):
     in two, so it keeps running with grad mode on. Runs that contain
     `yield`/`await` are reported without a fix (the mode would leak while suspended). A file
     with a bare `torch.set_grad_enabled(...)` statement is skipped: the mode at the calls is
-    decided at run time (GF201 reports the toggle).
+    decided at run time (GF201 reports the toggle). Functions under a decorator of the
+    project's own whose name says it turns grad off (`@smart_inference_mode()`) are skipped,
+    and so are calls made after the name was bound to another module (a fresh one is in
+    training mode); `model = model.to(dev)` and `model = torch.jit.script(model)` keep it.
     """
 
     code = "GF302"
@@ -289,8 +337,32 @@ class EvalWithoutNoGrad(Rule):
             "def test_forward(model, x):\n    model.eval()\n    out = model(x)\n    model.set_grad_checkpointing()\n"
             "    assert model(x).allclose(out)\n"
         ),
+        # A project decorator that turns grad off (yolov5's `@smart_inference_mode()`).
+        Valid(
+            "from utils import smart_inference_mode\n@smart_inference_mode()\ndef run(model, x):\n"
+            "    model.eval()\n    return model(x)\n"
+        ),
+        # The name is bound to a fresh module (in training mode) after `eval()`.
+        Valid(
+            "import torch\ndef test_norm(x):\n    norm = Normalize()\n    norm = norm.eval()\n"
+            "    assert torch.jit.trace(norm, x)\n    norm = Normalize().to(x.device)\n    return norm(x)\n"
+        ),
     ]
     INVALID = [
+        # A scripted copy keeps the eval mode (timm's test_model_forward_torchscript).
+        Invalid(
+            "import torch\ndef check(model, x):\n    model.eval()\n    model = torch.jit.script(model)\n"
+            "    out = model(x)\n    assert out.shape[0] == x.shape[0]\n",
+            "import torch\ndef check(model, x):\n    model.eval()\n    model = torch.jit.script(model)\n"
+            "    with torch.no_grad():\n        out = model(x)\n    assert out.shape[0] == x.shape[0]\n",
+        ),
+        # `model.to(..)` returns the same module, still in eval mode.
+        Invalid(
+            "import torch\ndef evaluate(model, x, dev):\n    model.eval()\n    model = model.to(dev)\n"
+            "    return model(x).argmax(1)\n",
+            "import torch\ndef evaluate(model, x, dev):\n    model.eval()\n    model = model.to(dev)\n"
+            "    with torch.no_grad():\n        return model(x).argmax(1)\n",
+        ),
         Invalid(
             "import torch\n\ndef evaluate(model, x):\n    model.eval()\n    # logits only\n"
             "    logits = model(x)\n    return logits.argmax(1)\n",
@@ -351,7 +423,10 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue
-            calls = self._forward_calls_in_eval_mode(facts, func, sorted(switches, key=lambda s: s[0]))
+            if _grad_off_decorator(func):
+                continue
+            events = switches + _fresh_bindings(func, {s[2] for s in switches})
+            calls = self._forward_calls_in_eval_mode(facts, func, sorted(events, key=lambda s: s[0]))
             if not calls or _uses_grad_checkpointing(facts, func):
                 continue
             callers = self._calls_by_name(facts) if callers is None else callers
@@ -398,7 +473,8 @@ class EvalWithoutNoGrad(Rule):
     @staticmethod
     def _forward_calls_in_eval_mode(facts, func, switches) -> list[ast.Call]:
         """Calls ``m(...)`` in ``func``, outside any grad region, after ``m.eval()`` with no
-        ``m.train()`` in between (by source position). ``switches`` are sorted by position."""
+        ``m.train()`` nor a fresh binding of ``m`` in between (by source position).
+        ``switches`` are sorted by position."""
         receivers = {s[2] for s in switches}
         found = []
         for node in own_nodes(func):

@@ -101,11 +101,55 @@ def _computed_local(facts, name: str, at: ast.AST) -> bool:
     return False
 
 
+def _mapping_key(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
+    """Whether ``stmt`` writes ``X.data[key] = v`` with a key no tensor takes: a string
+    (``g.nodes['v'].data['x'] = t``: DGL's feature dict) or a name bound as the key of a ``for
+    k, v in m.items()`` / ``for k in m.keys()`` loop in the same function. Such a ``.data``
+    is a mapping."""
+    target = stmt.targets[0] if isinstance(stmt, ast.Assign) else getattr(stmt, "target", None)
+    if not (isinstance(target, ast.Subscript) and target.value is attr):
+        return False
+    key = target.slice
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return True
+    if not isinstance(key, ast.Name):
+        return False
+    for loop in facts.statements(facts.enclosing_function(stmt)):
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            continue
+        it = loop.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "keys")):
+            continue
+        bound = loop.target.elts[0] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target
+        if isinstance(bound, ast.Name) and bound.id == key.id:
+            return True
+    return False
+
+
+def _foreign_array(facts, receiver: ast.expr, at: ast.AST) -> bool:
+    """Whether the receiver's root name is handed to a ``scipy`` function in the same function
+    (``sparse.isspmatrix(lap)``): a SciPy sparse matrix, whose ``.data`` is its own values, not
+    autograd's alias. (NumPy functions do not count: ``np.testing`` takes tensors too.)"""
+    root = receiver
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    for call in facts.calls_in(facts.enclosing_function(at)):
+        if any(isinstance(a, ast.Name) and a.id == root.id for a in call.args):
+            qualname = facts.call_qualname(call) or ""
+            if qualname.startswith("scipy."):
+                return True
+    return False
+
+
 def _receiver_kind(facts, receiver: ast.expr) -> str:
     """``param`` (fix it), ``unknown`` (report only) or ``other`` (stay silent)."""
     name = _last_name(receiver)
     if name is None:
         return "unknown"
+    if _foreign_array(facts, receiver, receiver):
+        return "other"
     if _PARAM_NAME.search(name):
         if isinstance(receiver, ast.Name) and _computed_local(facts, name, receiver):
             return "unknown"
@@ -160,7 +204,9 @@ class DataMutation(Rule):
     a bare name assigned from some other computation in the same function (`p =
     F.softmax(x)`: an activation that backward may have saved) and other receivers are
     reported without a fix, and those whose `.data` is usually an
-    ordinary attribute (`self.data`, `dataset.data`, a `PackedSequence`) are not reported.
+    ordinary attribute (`self.data`, `dataset.data`, a `PackedSequence`, a mapping written with
+    string keys or the keys of an `.items()` loop, a name handed to a `scipy` function) are
+    not reported.
     Rebinding `.data` (`w.data = w.data[:, keep]`, a shape change) and reading it are not
     flagged.
     """
@@ -181,6 +227,17 @@ class DataMutation(Rule):
         Valid("class Buf:\n    def reset(self):\n        self.data.zero_()\n"),
         Valid("def norm(train_set):\n    train_set.data.sub_(0.5).div_(0.5)\n"),
         Valid("def f(packed):\n    packed.data.mul_(2)\n"),
+        # A mapping called `data` (DGL's node/edge features): string keys, keys of `.items()`.
+        Valid("import torch\ndef f(g):\n    g.nodes['v1'].data['x'] = torch.randn(5, 3)\n"),
+        Valid(
+            "def to_graph(g, store):\n    for attr, value in store.items():\n"
+            "        g.nodes['paper'].data[attr] = value\n"
+        ),
+        # A SciPy sparse matrix: `.data` is its own values.
+        Valid(
+            "from scipy import sparse\ndef set_diag(lap, value):\n    if sparse.isspmatrix(lap):\n"
+            "        lap = lap.tocoo()\n        lap.data[lap.row == lap.col] = value\n    return lap\n"
+        ),
     ]
     INVALID = [
         Invalid(
@@ -223,6 +280,8 @@ class DataMutation(Rule):
             "import torch\nw1 = torch.randn(3, 4, requires_grad=True)\nw1.data -= 0.1 * w1.grad\n",
             "import torch\nw1 = torch.randn(3, 4, requires_grad=True)\nwith torch.no_grad():\n    w1 -= 0.1 * w1.grad\n",
         ),
+        # NumPy's testing helpers take tensors: the receiver is still a tensor (reported).
+        Invalid("import numpy as np\ndef f(h, ref):\n    np.testing.assert_allclose(h, ref)\n    h.data.zero_()\n", None),
         # A one-line `if`: reported without a fix.
         Invalid("def f(p, reset):\n    if reset: p.data.zero_()\n", None),
     ]
@@ -236,7 +295,7 @@ class DataMutation(Rule):
                 attr = _written_data(stmt)
                 if attr is None:
                     continue
-                kind = _receiver_kind(facts, attr.value)
+                kind = "other" if _mapping_key(facts, stmt, attr) else _receiver_kind(facts, attr.value)
                 if kind == "other":
                     continue
                 receiver = source_of(facts, attr.value)

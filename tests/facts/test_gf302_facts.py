@@ -38,3 +38,20 @@ def test_callers_can_no_longer_backpropagate_through_no_grad_outputs():
         out = net(x)
     with pytest.raises(RuntimeError, match="does not require grad"):
         out.sum().backward()
+
+
+def test_eval_and_to_return_the_same_module_but_a_new_one_trains():
+    """`model = model.eval()` / `model = model.to(dev)` keep the module (still in eval mode);
+    `norm = Norm()` after `norm.eval()` binds a fresh module in training mode."""
+    net = _net()
+    assert net.eval() is net and net.to("cpu") is net and not net.training
+    fresh = _net()
+    assert fresh.training
+
+
+def test_a_scripted_module_keeps_eval_mode():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval()
+    scripted = torch.jit.script(net)
+    assert not scripted.training
+    x = torch.randn(3, 4)
+    assert torch.equal(scripted(x), scripted(x))  # dropout off
