@@ -233,12 +233,17 @@ def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     for scope in [None, *facts.functions]:
         if not (calls_backward(facts, scope) or steps_optimizer(facts, scope)):
             continue
+        # The scope's own `.train()` calls name what it trains; a module it runs but never
+        # switches is kept frozen on purpose (an old model / teacher for distillation).
+        trains_here = [s.receiver for s in own_switches(facts, scope) if s.mode == "train"]
         for call in own_calls(facts, scope):
             name = dotted_name(call.func)
             if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
                 continue
             if name.endswith(".forward"):
                 name = name[: -len(".forward")]
+            if trains_here and not any(related(t, name) for t in trains_here):
+                continue
             if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
                 evidence.setdefault(name, []).append(call)
     evidence.pop("self", None)
@@ -868,6 +873,15 @@ class NoGradWithoutEval(Rule):
             "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor step in range(100):\n"
             "    opt.zero_grad()\n    model(x).sub(y).pow(2).mean().backward()\n    opt.step()\n\n"
             "def curve(grid):\n    with torch.no_grad():\n        return model(grid)\n"
+        ),
+        # a frozen copy of an earlier model: the training step switches only the live model to
+        # train mode and runs the copy for a distillation target; the copy is never trained
+        Valid(
+            "import torch\nfrom copy import deepcopy\nclass Incremental:\n    def after_task(self):\n"
+            "        self.old = deepcopy(self.model)\n        self.old.eval()\n\n    def train_epoch(self, loader):\n"
+            "        self.model.train()\n        for x in loader:\n            (self.model(x) - self.old(x)).pow(2).mean().backward()\n"
+            "            self.opt.step()\n\n    def validate(self, x):\n        with torch.no_grad():\n"
+            "            self.model.eval()\n            return self.model(x), self.old(x)\n"
         ),
     ]
     INVALID = [

@@ -82,6 +82,54 @@ def _leaves_eval(facts: FileFacts, func, names: set[str]) -> bool:
     return any(g.func is func and any(covers(m, n) for m in g.modules for n in names) for g in evaluation_gaps(facts))
 
 
+def _branch_of(facts: FileFacts, node: ast.AST, stop) -> tuple[ast.If, str] | None:
+    """The innermost `if` (below ``stop``) holding ``node``, and which branch: body/orelse."""
+    child, current = node, facts.parents.get(node)
+    while current is not None and current is not stop:
+        if isinstance(current, ast.If) and child is not current.test:
+            return current, ("body" if child in current.body else "orelse")
+        child, current = current, facts.parents.get(current)
+    return None
+
+
+def _mode_by_argument(facts: FileFacts, func, call: ast.Call, names: set[str]) -> str | None:
+    """``func`` switches the module to train in one branch of an `if` and to eval in the other
+    (`def net_mode(self, train): if train: net.train() else: net.eval()`): the caller picks the
+    mode. Returns the mode ``call`` picks when its argument is a literal bool, `"train"` when it
+    cannot be told (it may set train mode: stay silent), None for any other helper."""
+    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
+    trains = [s for s in mine if s.mode == "train"]
+    evals = [s for s in mine if s.mode == "eval"]
+    if not trains or not evals:
+        return None
+    places = [_branch_of(facts, s.call, func) for s in mine]
+    if any(p is None for p in places) or len({id(p[0]) for p in places}) != 1:
+        return None
+    branch = places[0][0]
+    by_branch = {where: {s.mode for s, (_, b) in zip(mine, places) if b == where} for where in ("body", "orelse")}
+    if len(by_branch["body"]) != 1 or len(by_branch["orelse"]) != 1 or by_branch["body"] == by_branch["orelse"]:
+        return None
+    test, negated = branch.test, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if not isinstance(test, ast.Name):
+        return "train"
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+        params = params[1:]
+    value = None
+    for index, arg in enumerate(call.args):
+        if index < len(params) and params[index] == test.id:
+            value = arg
+    for kw in call.keywords:
+        if kw.arg == test.id:
+            value = kw.value
+    if not isinstance(value, ast.Constant) or not isinstance(value.value, bool):
+        return "train"
+    taken = "body" if value.value != negated else "orelse"
+    return next(iter(by_branch[taken]))
+
+
 def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
     """Mode switches of the module called ``names`` in ``scope``, in source order."""
     items = []
@@ -97,6 +145,13 @@ def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
             continue
         defined = _function_named(facts, callee)
         if defined:
+            chosen = {
+                m for f in defined if f is not scope
+                if (m := _mode_by_argument(facts, f, call, _names_inside(facts, f, call, names)))
+            }
+            if chosen:
+                items.append(ModeItem(call, "evalcall" if chosen == {"eval"} else "train"))
+                continue
             if any(_leaves_eval(facts, f, _names_inside(facts, f, call, names)) for f in defined if f is not scope):
                 items.append(ModeItem(call, "evalcall"))
         elif EVALISH.search(callee):
@@ -253,6 +308,27 @@ def _switches_others_only(facts: FileFacts, scope, module: str) -> bool:
     manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
     trains = [s for s in own_switches(facts, scope) if s.mode == "train"]
     return bool(trains) and not any(related(s.receiver, module) for s in trains)
+
+
+def _other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
+    """``node`` switches a module-level ``module`` while ``scope`` takes a parameter of that
+    name, and module-level code never passes the global to a call: the parameter is another
+    object (`for _, net in frozen_copies.items(): net.eval()` vs `def train(net, …)`)."""
+    if scope is None or not isinstance(node, ast.Call) or facts.function_of.get(node) is not None:
+        return False
+    root = module.split(".", 1)[0]
+    args = scope.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    if root not in params:
+        return False
+    for call in facts.calls:
+        if facts.function_of.get(call) is not None:
+            continue
+        for arg in (*call.args, *(k.value for k in call.keywords)):
+            name = dotted_name(arg.value if isinstance(arg, ast.Starred) else arg)
+            if name is not None and name.split(".", 1)[0] == root:
+                return False
+    return True
 
 
 def _leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
@@ -417,6 +493,22 @@ class TrainWithoutTrainMode(Rule):
             "import torch\ndef run(loader, x):\n    net = Net()\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n"
             "    for xb in loader:\n        net(xb).sum().backward()\n        opt.step()\n    net.eval()\n    return net(x)\n"
         ),
+        # a mode helper whose argument picks the branch: `set_mode(train=True)` is the `.train()`
+        Valid(
+            "import torch\nclass Solver:\n    def fit(self, loader):\n        self.set_mode(train=True)\n"
+            "        for x in loader:\n            self.net(x).sum().backward()\n            self.opt.step()\n"
+            "            self.show(x)\n\n    def show(self, x):\n        self.set_mode(train=False)\n"
+            "        with torch.no_grad():\n            out = self.net(x)\n        self.set_mode(train=True)\n"
+            "        return out\n\n    def set_mode(self, train):\n        if train:\n            self.net.train()\n"
+            "        else:\n            self.net.eval()\n"
+        ),
+        # module-level frozen copies switched to eval; the training function's `net` parameter
+        # is never given the global `net`
+        Valid(
+            "import copy\nimport torch\ndef train_local(net, loader, opt):\n    for x in loader:\n"
+            "        net(x).sum().backward()\n        opt.step()\n\nnets = {i: Net() for i in range(4)}\n"
+            "frozen = copy.deepcopy(nets)\nfor _, net in frozen.items():\n    net.eval()\n"
+        ),
     ]
     INVALID = [
         # one-epoch function: insert at its start (after the docstring)
@@ -473,6 +565,30 @@ class TrainWithoutTrainMode(Rule):
             "    for epoch in range(3):\n        net.train()\n        for xb in loader:\n            net(xb).sum().backward()\n"
             "            opt.step()\n        net.eval()\n        print(net(x))\n",
         ),
+        # the global `net` is switched to eval and then passed to the training function: fixed
+        Invalid(
+            "import torch\ndef train_local(net, loader, opt):\n    for x in loader:\n        net(x).sum().backward()\n"
+            "        opt.step()\n\nnet = Net()\nfor epoch in range(3):\n    train_local(net, loader, opt)\n"
+            "    net.eval()\n    print(net(x))\n",
+            "import torch\ndef train_local(net, loader, opt):\n    net.train()\n    for x in loader:\n"
+            "        net(x).sum().backward()\n"
+            "        opt.step()\n\nnet = Net()\nfor epoch in range(3):\n    train_local(net, loader, opt)\n"
+            "    net.eval()\n    print(net(x))\n",
+        ),
+        # the same helper asked for eval mode inside the epoch loop, never restored: still fixed
+        Invalid(
+            "import torch\nclass Solver:\n    def fit(self, loader, epochs):\n        self.set_mode(True)\n"
+            "        for epoch in range(epochs):\n            for x in loader:\n                self.net(x).sum().backward()\n"
+            "                self.opt.step()\n            self.set_mode(False)\n            with torch.no_grad():\n"
+            "                print(self.net(x).mean())\n\n    def set_mode(self, train):\n        if train:\n"
+            "            self.net.train()\n        else:\n            self.net.eval()\n",
+            "import torch\nclass Solver:\n    def fit(self, loader, epochs):\n        self.set_mode(True)\n"
+            "        for epoch in range(epochs):\n            self.net.train()\n            for x in loader:\n"
+            "                self.net(x).sum().backward()\n"
+            "                self.opt.step()\n            self.set_mode(False)\n            with torch.no_grad():\n"
+            "                print(self.net(x).mean())\n\n    def set_mode(self, train):\n        if train:\n"
+            "            self.net.train()\n        else:\n            self.net.eval()\n",
+        ),
     ]
 
     def check(self, facts):
@@ -496,7 +612,13 @@ class TrainWithoutTrainMode(Rule):
         evaluated = {
             m: lines
             for m, nodes in evaluated.items()
-            if (lines := [n.lineno for n in nodes if same_object(facts, m, anchor, n)])
+            if (
+                lines := [
+                    n.lineno
+                    for n in nodes
+                    if same_object(facts, m, anchor, n) and not _other_global(facts, scope, m, n)
+                ]
+            )
         }
         uses_by_module: dict[str, list[ast.AST]] = {}
         for call in own_calls(facts, scope):
