@@ -119,6 +119,7 @@ class FileFacts:
         # which would shift every later line against the ast's line numbers.
         self.lines = source.replace("\r\n", "\n").replace("\r", "\n").split("\n")
         self.parents: dict[ast.AST, ast.AST] = {}
+        self._qualnames: dict[ast.AST, str | None] = {}
         self.scope_of_node: dict[ast.AST, Scope] = {}  # function/module node -> its scope
         self.function_of: dict[ast.AST, FunctionNode | None] = {}  # stmt/expr -> function
         self.calls: list[ast.Call] = []
@@ -259,14 +260,18 @@ class FileFacts:
 
     def qualname(self, expr: ast.AST) -> str | None:
         """Canonical qualified name of a name/attribute chain (``T.no_grad`` -> torch.no_grad)."""
+        cache = self._qualnames  # rules ask about the same calls again and again
+        if expr in cache:
+            return cache[expr]
+        result = None
         dotted = dotted_name(expr)
-        if dotted is None:
-            return None
-        head, _, rest = dotted.partition(".")
-        target = self.resolve_name(head, expr)
-        if target is None:
-            return None
-        return canonical(f"{target}.{rest}" if rest else target)
+        if dotted is not None:
+            head, _, rest = dotted.partition(".")
+            target = self.resolve_name(head, expr)
+            if target is not None:
+                result = canonical(f"{target}.{rest}" if rest else target)
+        cache[expr] = result
+        return result
 
     def call_qualname(self, call: ast.AST) -> str | None:
         return self.qualname(call.func) if isinstance(call, ast.Call) else None

@@ -381,7 +381,9 @@ class GradFreeAnalysis:
 
     # -- differentiation sites ---------------------------------------------------------------
     def _record_sites(self, stmt: ast.stmt, state: dict, region) -> None:
-        for call in _own_calls(stmt):
+        # Loops are analysed to a fixed point, so a statement is visited many times: its calls
+        # are collected once per file.
+        for call in _calls_by_statement(self.facts).get(stmt, ()):
             site = self._site(call, stmt)
             if site is not None:
                 site.status = self.eval(site.tensor, state, self.region_at(call), stmt)
@@ -450,7 +452,7 @@ def _learning_criteria(facts: FileFacts) -> frozenset[str]:
     if cached is not None:
         return cached
     bound: dict[str, list] = {}
-    for node in ast.walk(facts.tree):
+    for node in facts.function_of:  # every node of the file, already collected
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 if isinstance(target, (ast.Name, ast.Attribute)):
@@ -521,19 +523,22 @@ def _calls_foreign_module(facts: FileFacts, func, bound: dict) -> bool:
     return False
 
 
-def _own_calls(stmt: ast.stmt) -> Iterable[ast.Call]:
-    """Calls in ``stmt``'s own expressions (not in nested statements, defs or lambdas)."""
-    todo = [c for name, c in ast.iter_fields(stmt) if name not in ("body", "orelse", "finalbody", "handlers", "cases")]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, list):
-            todo.extend(node)
-            continue
-        if not isinstance(node, ast.AST) or isinstance(node, (ast.Lambda, ast.stmt)):
-            continue
-        if isinstance(node, ast.Call):
-            yield node
-        todo.extend(ast.iter_child_nodes(node))
+def _calls_by_statement(facts: FileFacts) -> dict[ast.stmt, list[ast.Call]]:
+    """Each statement's own calls (in its own expressions: not in nested statements or lambdas),
+    for the whole file in one pass over the calls the facts already hold; the fixed-point loop
+    visits statements many times."""
+    cached = facts.__dict__.get("_gf102_calls_by_statement")
+    if cached is None:
+        cached = {}
+        parents = facts.parents
+        for call in facts.calls:
+            node = parents.get(call)
+            while node is not None and not isinstance(node, (ast.stmt, ast.Lambda)):
+                node = parents.get(node)
+            if isinstance(node, ast.stmt):
+                cached.setdefault(node, []).append(call)
+        facts.__dict__["_gf102_calls_by_statement"] = cached
+    return cached
 
 
 def _stored_names(stmt: ast.AST) -> set[str]:
