@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, replace
 
 from gradfix.diff import unified_diff
-from gradfix.model import FileResult, Finding, FixOutcome, Span
+from gradfix.model import FileResult, FixOutcome, Span
 
 MARKER = "# gradfix-notebook-cell {index}\n"
 _MARKER_RE = re.compile(r"^# gradfix-notebook-cell (\d+)\n", re.M)

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 import gradfix.runner as runner
-from gradfix import Settings, SourceError, check, fix
+from gradfix import Settings, SourceError, check
 from gradfix.cli import app
 
 BUGGY = "import torch\n\n\ndef f(x):\n    with torch.no_grad:\n        y = x * 2\n    return y\n"

@@ -36,7 +36,6 @@ from gradfix.verify.contract import (
     INTENDED_VERDICT,
     MISMATCH,
     Context,
-    Contract,
     ContractError,
     Diagnosis,
     Verdict,
