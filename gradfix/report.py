@@ -119,7 +119,11 @@ def write_diff(patch: bytes, stream=None) -> None:
         getattr(stream, "buffer", stream).write(patch)
         stream.flush()
         return
-    console = Console(file=stream, highlight=False, soft_wrap=True)
+    print_diff(Console(file=stream, highlight=False, soft_wrap=True), patch)
+
+
+def print_diff(console: Console, patch: bytes) -> None:
+    """A unified diff in colour: headers bold, hunk lines cyan, additions green, removals red."""
     for raw in patch.decode("utf-8", errors="replace").splitlines():
         line = raw.rstrip("\r")
         style = ""

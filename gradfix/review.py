@@ -18,20 +18,10 @@ from rich.text import Text
 from gradfix.diff import unified_diff
 from gradfix.engine import Job, fix_findings
 from gradfix.model import FileResult
+from gradfix.report import print_diff
 from gradfix.writer import WriteError, write_atomic
 
 CHOICES = {"y": "apply", "n": "skip", "a": "apply all of this rule", "d": "skip all of this rule", "q": "quit"}
-
-
-def _render(console: Console, patch: bytes) -> None:
-    for raw in patch.decode("utf-8", errors="replace").splitlines():
-        line = raw.rstrip("\r")
-        style = "bold" if line.startswith(("---", "+++")) else "cyan" if line.startswith("@@") else ""
-        if not style and line.startswith("+"):
-            style = "green"
-        elif not style and line.startswith("-"):
-            style = "red"
-        console.print(Text(line, style=style))
 
 
 PROMPT = ", ".join(f"{k} = {v}" for k, v in CHOICES.items()) + "  [y/n/a/d/q]"
@@ -82,7 +72,7 @@ def review(
             console.print(
                 Text(f"\n{result.path}:{finding.span.line}:{finding.span.col + 1}: {finding.code} ({safety} fix) {finding.message}")
             )
-            _render(console, unified_diff(result.old_source, alone.source, result.path))
+            print_diff(console, unified_diff(result.old_source, alone.source, result.path))
             answer = ask(console, read)
             if answer == "q":
                 quitting = True
