@@ -87,6 +87,26 @@ class Expectation:
         return type(self).__name__
 
 
+class FixedProperty(Expectation):
+    """A property that must hold in the rewrite and, with ``fixed``, did not hold in the original
+    (otherwise the rewrite changed nothing the scenario shows). Subclasses define
+    ``problem(observation, ctx)`` (None when the property holds) and ``already``."""
+
+    fixed: bool
+    already: str = "the original already had this property: the rewrite changed nothing this scenario shows"
+
+    def problem(self, obs, ctx) -> str | None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def check(self, ctx):
+        problem = self.problem(ctx.after, ctx)
+        if problem:
+            return f"after the rewrite, {problem}"
+        if self.fixed and ctx.changed and self.problem(ctx.before, ctx) is None:
+            return self.already.format(self=self)
+        return None
+
+
 @dataclass(frozen=True)
 class ExceptionFixed(Expectation):
     """The original raises ``type`` (message matching ``match``); the rewrite raises nothing.
@@ -173,15 +193,16 @@ class Unchanged(Expectation):
 
 
 @dataclass(frozen=True)
-class RepeatableCalls(Expectation):
+class RepeatableCalls(FixedProperty):
     """Calls named by role ``role`` (e.g. two evaluation passes): in the rewrite they all return
     the same values and leave parameters and buffers (batch-norm running stats) untouched; the
     original did not (``fixed=True``)."""
 
     role: str
     fixed: bool = True
+    already = "the original was already repeatable: the rewrite changed nothing this scenario shows"
 
-    def _problem(self, obs, ctx) -> str | None:
+    def problem(self, obs, ctx) -> str | None:
         names = ctx.role_list(self.role)
         calls = obs["calls"]
         previous_state = obs["initial_state"]
@@ -200,20 +221,12 @@ class RepeatableCalls(Expectation):
                 return f"call {call['index']} {call['name']} returned different values than call {returns[0]['index']}"
         return None
 
-    def check(self, ctx):
-        problem = self._problem(ctx.after, ctx)
-        if problem:
-            return f"after the rewrite: {problem}"
-        if self.fixed and ctx.changed and self._problem(ctx.before, ctx) is None:
-            return "the original was already repeatable: the rewrite changed nothing this scenario shows"
-        return None
-
     def __str__(self):
         return f"{self.role} calls repeatable, state untouched"
 
 
 @dataclass(frozen=True)
-class ForwardMode(Expectation):
+class ForwardMode(FixedProperty):
     """Every module forward during calls of role ``role`` runs with ``attr`` == ``value`` in the
     rewrite (attr: ``training``, ``grad``, ``inference``); with ``fixed``, some did not before."""
 
@@ -224,7 +237,9 @@ class ForwardMode(Expectation):
 
     _INDEX = {"training": 1, "grad": 2, "inference": 3}
 
-    def _bad(self, obs, ctx):
+    already = "the original already ran every forward of {self.role!r} with {self.attr}={self.value}"
+
+    def problem(self, obs, ctx):
         names = ctx.role_list(self.role)
         index = self._INDEX[self.attr]
         seen = 0
@@ -237,39 +252,24 @@ class ForwardMode(Expectation):
             return f"no module forward was observed in {names}"
         return None
 
-    def check(self, ctx):
-        bad = self._bad(ctx.after, ctx)
-        if bad:
-            return f"after the rewrite, {bad}"
-        if self.fixed and ctx.changed and self._bad(ctx.before, ctx) is None:
-            return f"the original already ran every forward of {self.role!r} with {self.attr}={self.value}"
-        return None
-
     def __str__(self):
         return f"{self.role} forwards run with {self.attr}={self.value}"
 
 
 @dataclass(frozen=True)
-class NoGraphReturned(Expectation):
+class NoGraphReturned(FixedProperty):
     """Tensors returned by calls of role ``role`` carry no autograd graph after the rewrite
     (``requires_grad`` False); with ``fixed``, some did before."""
 
     role: str
     fixed: bool = True
+    already = "the original already returned no graph from {self.role!r}"
 
-    def _bad(self, obs, ctx):
+    def problem(self, obs, ctx):
         for call in _calls(obs, ctx.role_list(self.role)):
             for key, flag in call["requires_grad"].items():
                 if flag:
                     return f"call {call['index']} {call['name']} returned{key} requires grad"
-        return None
-
-    def check(self, ctx):
-        bad = self._bad(ctx.after, ctx)
-        if bad:
-            return f"after the rewrite, {bad}"
-        if self.fixed and ctx.changed and self._bad(ctx.before, ctx) is None:
-            return f"the original already returned no graph from {self.role!r}"
         return None
 
     def __str__(self):
@@ -277,25 +277,17 @@ class NoGraphReturned(Expectation):
 
 
 @dataclass(frozen=True)
-class GradModeKept(Expectation):
+class GradModeKept(FixedProperty):
     """After every call, grad mode is what the caller had (enabled); with ``fixed``, the
     original leaked a disabled mode out of some call."""
 
     fixed: bool = True
+    already = "the original did not leak grad mode either: the rewrite changed nothing this scenario shows"
 
-    @staticmethod
-    def _leak(obs):
+    def problem(self, obs, ctx):
         for call in obs["calls"]:
             if not call["grad_enabled"]:
                 return f"call {call['index']} {call['name']} left grad mode disabled"
-        return None
-
-    def check(self, ctx):
-        leak = self._leak(ctx.after)
-        if leak:
-            return f"after the rewrite, {leak}"
-        if self.fixed and ctx.changed and self._leak(ctx.before) is None:
-            return "the original did not leak grad mode either: the rewrite changed nothing this scenario shows"
         return None
 
     def __str__(self):
