@@ -521,6 +521,94 @@ def _mode_free_module(facts: FileFacts, module: str) -> bool:
     return built
 
 
+# What a mode-free network's own code may call besides mode-free layers (see _mode_free_class).
+_BUILD_OK = frozenset({"torch.nn.Parameter", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+_MODE_SENSITIVE = re.compile(r"dropout|batch_norm|instance_norm|rrelu|^train$|^eval$|^modules$|^children$")
+_SAFE_BUILTINS = frozenset({"super", "len", "range", "int", "float", "min", "max", "print", "isinstance", "zip"})
+
+
+def _method_locals(func) -> set[str]:
+    names = {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    names |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return names
+
+
+def _mode_free_class(facts: FileFacts, cls: ast.ClassDef) -> bool:
+    """A direct `torch.nn.Module` subclass of this file whose methods build only mode-free
+    layers, never read `.training` and call no functional dropout/batch-norm (an RL critic of
+    `nn.Linear` + `F.relu`): `.eval()` changes nothing about its outputs. Any other callee (a
+    helper, a model zoo constructor, an unknown class) makes it unknown."""
+    if len(cls.bases) != 1 or cls.keywords or facts.qualname(cls.bases[0]) != "torch.nn.Module":
+        return False
+    for stmt in cls.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if stmt.decorator_list:
+                return False
+            local = _method_locals(stmt)
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Attribute) and node.attr == "training":
+                    return False
+                if isinstance(node, (ast.ClassDef, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)) and node is not stmt:
+                    return False
+                if isinstance(node, ast.Call) and not _mode_free_call(facts, node, local):
+                    return False
+        elif not isinstance(stmt, (ast.Expr, ast.Pass)) or isinstance(getattr(stmt, "value", None), ast.Call):
+            return False
+    return True
+
+
+def _mode_free_call(facts: FileFacts, call: ast.Call, local: set[str]) -> bool:
+    func = call.func
+    last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if _MODE_SENSITIVE.search(last):
+        return False
+    name = facts.call_qualname(call)
+    if name is not None and name.startswith("torch."):
+        if name.startswith("torch.nn.") and not name.startswith("torch.nn.functional."):
+            return name in _BUILD_OK or name == "torch.nn.init" or name.startswith("torch.nn.init.") or (
+                _mode_free_layer(facts, call)
+            )
+        return True  # tensor maths, `F.relu`
+    if isinstance(func, ast.Name):
+        return func.id in _SAFE_BUILTINS and func.id not in local and facts.resolve_name(func.id, func) is None
+    root = func
+    while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "super":
+        return True
+    if not isinstance(root, ast.Name):
+        return False
+    if root.id == "super":
+        return True  # super().__init__()
+    return root.id == "self" or root.id in local  # its own layers, tensor methods on locals
+
+
+def _module_built_mode_free(facts: FileFacts, module: str) -> bool:
+    """Every binding of ``module`` in the file (`self.critic = Critic().float()`) builds a
+    mode-free class of this file, possibly followed by dtype/device moves."""
+    classes = {c.name: c for c in facts.tree.body if isinstance(c, ast.ClassDef)}
+    built = False
+    for node in ast.walk(facts.tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        if not any(dotted_name(t) == module for t in targets):
+            continue
+        value = node.value
+        while (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Attribute)
+            and value.func.attr in ("float", "double", "to", "cuda", "cpu")
+        ):
+            value = value.func.value
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in classes):
+            return False
+        if facts.resolve_name(value.func.id, value.func) is not None:
+            return False  # an imported name shadows the class
+        if not _mode_free_class(facts, classes[value.func.id]):
+            return False
+        built = True
+    return built
+
+
 def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
     """`model(batch)` as a bare statement: run for its side effects (lazy parameters, warm-up,
     tracing), not to look at its outputs; not an evaluation."""
@@ -601,7 +689,9 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
                 continue
             if _managed_in_function(facts, func, names, call) or _bound_in_eval(facts, func, names, call):
                 continue
-            if _decoding_loop(facts, func, call) or _mode_free_module(facts, module):
+            if _decoding_loop(facts, func, call) or _mode_free_module(facts, module) or _module_built_mode_free(
+                facts, module
+            ):
                 continue
             if _output_discarded(facts, call) or _submodule_of_module(facts, func, module):
                 continue
@@ -693,7 +783,9 @@ class NoGradWithoutEval(Rule):
     and nothing comes from a data set: a `generate(model, prompt)` helper whose caller owns the
     mode), on a module bound in the function to a chain ending in `.eval()`
     (`model = Net().eval()`), or on a network that the file builds only as an `nn.Sequential`
-    of layers that behave the same in both modes (`Linear`, `ReLU`, `Conv2d`, `LayerNorm`, …).
+    of layers that behave the same in both modes (`Linear`, `ReLU`, `Conv2d`, `LayerNorm`, …)
+    or as an `nn.Module` class of its own that builds only such layers and never reads
+    `self.training` nor calls functional dropout/batch-norm (a small RL critic).
     When the module is bound in the function after the place `.eval()` would go
     (`model = Net()` inside a decorated function), it is reported without a fix.
 
@@ -883,8 +975,42 @@ class NoGradWithoutEval(Rule):
             "            self.opt.step()\n\n    def validate(self, x):\n        with torch.no_grad():\n"
             "            self.model.eval()\n            return self.model(x), self.old(x)\n"
         ),
+        # a network class of this file built only from mode-free layers (a small RL critic of
+        # `nn.Linear` and `F.relu`): `.eval()` changes nothing
+        Valid(
+            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "class Critic(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+            "        self.hidden = nn.Linear(n, 32)\n        self.value = nn.Linear(32, 1)\n\n"
+            "    def forward(self, s):\n        return self.value(F.relu(self.hidden(s)))\n\n"
+            "class Agent:\n    def __init__(self, n):\n        self.critic = Critic(n).float()\n"
+            "        self.opt = torch.optim.Adam(self.critic.parameters())\n\n"
+            "    def value_of(self, s):\n        with torch.no_grad():\n            return self.critic(s)\n\n"
+            "    def update(self, s, ret):\n        (self.critic(s) - ret).pow(2).mean().backward()\n"
+            "        self.opt.step()\n"
+        ),
     ]
     INVALID = [
+        # the same critic with a dropout layer: `.eval()` matters, still fixed
+        Invalid(
+            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "class Critic(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+            "        self.hidden = nn.Linear(n, 32)\n        self.value = nn.Sequential(nn.Dropout(0.1), nn.Linear(32, 1))\n\n"
+            "    def forward(self, s):\n        return self.value(F.relu(self.hidden(s)))\n\n"
+            "class Agent:\n    def __init__(self, n):\n        self.critic = Critic(n).float()\n"
+            "        self.opt = torch.optim.Adam(self.critic.parameters())\n\n"
+            "    def value_of(self, s):\n        with torch.no_grad():\n            return self.critic(s)\n\n"
+            "    def update(self, s, ret):\n        (self.critic(s) - ret).pow(2).mean().backward()\n"
+            "        self.opt.step()\n",
+            "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+            "class Critic(nn.Module):\n    def __init__(self, n):\n        super().__init__()\n"
+            "        self.hidden = nn.Linear(n, 32)\n        self.value = nn.Sequential(nn.Dropout(0.1), nn.Linear(32, 1))\n\n"
+            "    def forward(self, s):\n        return self.value(F.relu(self.hidden(s)))\n\n"
+            "class Agent:\n    def __init__(self, n):\n        self.critic = Critic(n).float()\n"
+            "        self.opt = torch.optim.Adam(self.critic.parameters())\n\n"
+            "    def value_of(self, s):\n        self.critic.eval()\n        with torch.no_grad():\n            return self.critic(s)\n\n"
+            "    def update(self, s, ret):\n        (self.critic(s) - ret).pow(2).mean().backward()\n"
+            "        self.opt.step()\n",
+        ),
         # an RNN carrying its hidden state over a data set is an evaluation, not sampling
         Invalid(
             "import torch\n" + _TRAIN + "\ndef evaluate(model, batches):\n    hidden, total = None, 0.0\n"

@@ -331,6 +331,35 @@ def _other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
     return True
 
 
+def _evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
+    """The eval at ``node`` sits in a function that the file calls only after its last call of
+    the training function ``scope``, from the same place and outside every loop that calls it
+    (`for epoch …: train(…)` then a final `test(…)`): no training step follows it here."""
+    if scope is None or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        owner = node
+    else:
+        owner = facts.function_of.get(node)
+    if scope is None or not isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) or owner is scope:
+        return False
+    if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
+        return False  # nested defs and methods: who calls them when is not visible here
+    trains = [c for c in facts.calls if _callee_name(c) == scope.name]
+    evals = [c for c in facts.calls if _callee_name(c) == owner.name]
+    if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
+        return False
+    callers = {facts.function_of.get(c) for c in trains + evals}
+    if len(callers) != 1:
+        return False
+    caller = callers.pop()
+    if caller is scope or caller is owner:
+        return False
+    last_train = max(map(pos, trains))
+    train_loops = {id(l) for c in trains for l in own_loops_around(facts, c, caller)}
+    return all(
+        pos(e) > last_train and not {id(l) for l in own_loops_around(facts, e, caller)} & train_loops for e in evals
+    )
+
+
 def _leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
     """Module name -> nodes where the file leaves it in eval mode (GF104's fix included)."""
     out: dict[str, list[ast.AST]] = {}
@@ -413,6 +442,12 @@ class TrainWithoutTrainMode(Rule):
     _EVAL = "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"
 
     VALID = [
+        # the only evaluation runs once after the epoch loop: no training step follows it
+        Valid(
+            "import torch\ndef train(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        opt.step()\n\ndef test(model, loader):\n    model.eval()\n    return sum(model(x).sum().item() for x in loader)\n\n"
+            "for epoch in range(5):\n    train(model, train_loader, opt)\nprint(test(model, test_loader))\n"
+        ),
         # train() at the start of the one-epoch function
         Valid(
             "import torch\ndef train(model, loader, opt):\n    model.train()\n    for x in loader:\n"
@@ -511,6 +546,15 @@ class TrainWithoutTrainMode(Rule):
         ),
     ]
     INVALID = [
+        # the same evaluation inside the epoch loop: later epochs train in eval mode
+        Invalid(
+            "import torch\ndef train(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        opt.step()\n\ndef test(model, loader):\n    model.eval()\n    return sum(model(x).sum().item() for x in loader)\n\n"
+            "for epoch in range(5):\n    train(model, train_loader, opt)\n    print(test(model, test_loader))\n",
+            "import torch\ndef train(model, loader, opt):\n    model.train()\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        opt.step()\n\ndef test(model, loader):\n    model.eval()\n    return sum(model(x).sum().item() for x in loader)\n\n"
+            "for epoch in range(5):\n    train(model, train_loader, opt)\n    print(test(model, test_loader))\n",
+        ),
         # one-epoch function: insert at its start (after the docstring)
         Invalid(
             'import torch\ndef train(model, loader, opt):\n    """One epoch."""\n    for x in loader:\n'
@@ -616,7 +660,9 @@ class TrainWithoutTrainMode(Rule):
                 lines := [
                     n.lineno
                     for n in nodes
-                    if same_object(facts, m, anchor, n) and not _other_global(facts, scope, m, n)
+                    if same_object(facts, m, anchor, n)
+                    and not _other_global(facts, scope, m, n)
+                    and not _evaluated_after_training(facts, scope, n)
                 ]
             )
         }

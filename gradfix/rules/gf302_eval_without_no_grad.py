@@ -181,6 +181,20 @@ def _grad_off_decorator(func) -> bool:
     return False
 
 
+def _unresolved_grad_context(facts: FileFacts, func) -> bool:
+    """A ``with X.no_grad():`` (or inference_mode/set_grad_enabled) that ``FileFacts`` could not
+    resolve, e.g. ``torch`` bound only by ``from utils import *``: the calls may already run
+    without grad, and a fix would add a second ``import torch``; stay silent."""
+    for node in ast.walk(func):
+        if isinstance(node, (ast.With, ast.AsyncWith)):
+            for item in node.items:
+                expr = item.context_expr.func if isinstance(item.context_expr, ast.Call) else item.context_expr
+                last = (dotted_name(expr) or "").rpartition(".")[2]
+                if last in ("no_grad", "inference_mode", "set_grad_enabled") and facts.qualname(expr) is None:
+                    return True
+    return False
+
+
 def _fresh_bindings(func, receivers: set[str]) -> list[tuple]:
     """``(position, "bind", receiver, node)`` for each assignment in ``func`` that binds one of
     ``receivers`` to another object (``norm = Normalizer()``: a new module, in training mode).
@@ -286,6 +300,13 @@ class EvalWithoutNoGrad(Rule):
     triggers = (".eval()",)
 
     VALID = [
+        # `torch` comes from a star import, so the `with` is not resolved: it may already be
+        # `torch.no_grad()`, and wrapping would add a second `import torch`
+        Valid(
+            "from helpers import *\n\ndef evaluate(model, loader):\n    model.eval()\n    hits = 0\n"
+            "    with torch.no_grad():\n        for x, y in loader:\n            scores = model(x)\n"
+            "            hits += (scores.argmax(1) == y).sum().item()\n    return hits\n"
+        ),
         Valid(
             "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n"
             "        return model(x)\n"
@@ -423,7 +444,7 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue
-            if _grad_off_decorator(func):
+            if _grad_off_decorator(func) or _unresolved_grad_context(facts, func):
                 continue
             events = switches + _fresh_bindings(func, {s[2] for s in switches})
             calls = self._forward_calls_in_eval_mode(facts, func, sorted(events, key=lambda s: s[0]))
