@@ -97,6 +97,8 @@ class _Scanner:
                 raise NotebookError(f"invalid JSON at offset {pos}")
         if ch == '"':
             m = _STRING.match(self.text, pos)
+            if m is None:
+                raise NotebookError(f"unterminated string at offset {pos}")
             return (json.loads(m.group()), None), m.end()
         for word, value in (("true", True), ("false", False), ("null", None)):
             if self.text.startswith(word, pos):

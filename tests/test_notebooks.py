@@ -129,3 +129,10 @@ def test_notebook_fixes_are_idempotent_when_one_fix_uncovers_another(tmp_path, c
     assert json.loads(once)["cells"][0]["source"] == "import torch\npass\n"
     code, _, _ = run_cli(["--apply", "."], capsys, monkeypatch, tmp_path)
     assert code == 0 and path.read_bytes() == once
+
+
+def test_truncated_notebook_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    # A notebook cut off inside a string (seen in a real repository snapshot).
+    (tmp_path / "cut.ipynb").write_text('{"cells": [{"cell_type": "markdown", "source": ["- how to use')
+    code, out, err = run_cli(["cut.ipynb"], capsys, monkeypatch, tmp_path)
+    assert code == 2 and "cut.ipynb:1:1: not a notebook" in out and "internal error" not in err
