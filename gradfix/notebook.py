@@ -21,7 +21,10 @@ from gradfix.diff import unified_diff
 from gradfix.model import FileResult, FixOutcome, Span
 
 MARKER = "# gradfix-notebook-cell {index}\n"
-_MARKER_RE = re.compile(r"^# gradfix-notebook-cell (\d+)\n", re.M)
+# The imports of a cell that is skipped (magics) still count for later cells: they go into the
+# virtual module as a "context" section, which is never written back.
+CONTEXT_MARKER = "# gradfix-notebook-context {index}\n"
+_MARKER_RE = re.compile(r"^# gradfix-notebook-(cell|context) (\d+)\n", re.M)
 
 
 class NotebookError(Exception):
@@ -157,6 +160,10 @@ def virtual_module(cells: list[Cell]) -> VirtualModule:
         reason = _skip_reason(cell.source)
         if reason is not None:
             notes.append(f"cell {cell.index + 1} skipped: {reason}")
+            imports = _imports_around_magics(cell.source)
+            if imports:
+                parts.append(CONTEXT_MARKER.format(index=cell.index) + imports)
+                line += 1 + imports.count("\n")
             continue
         code = cell.source if cell.source.endswith("\n") else cell.source + "\n"
         parts.append(MARKER.format(index=cell.index) + code)
@@ -166,10 +173,26 @@ def virtual_module(cells: list[Cell]) -> VirtualModule:
     return VirtualModule("".join(parts), starts, lengths, notes)
 
 
-def split_virtual(text: str) -> dict[int, str]:
-    """Cell sources out of a (fixed) virtual module, by cell index."""
+def _imports_around_magics(source: str) -> str:
+    """The top-level imports of a cell that parses once its magic lines are blanked."""
+    masked = "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) or line.rstrip().endswith("?") else line
+        for line in source.splitlines()
+    )
+    try:
+        tree = ast.parse(masked)
+    except SyntaxError:
+        return ""
+    imports = [ast.get_source_segment(masked, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return "".join(f"{text}\n" for text in imports if text)
+
+
+def split_virtual(text: str) -> tuple[str, dict[int, str]]:
+    """Out of a (fixed) virtual module: the text before the first cell (an import a fix added)
+    and the cell sources by cell index. Context sections are dropped."""
     pieces = _MARKER_RE.split(text)
-    return {int(pieces[i]): pieces[i + 1] for i in range(1, len(pieces) - 1, 2)}
+    cells = {int(pieces[i + 1]): pieces[i + 2] for i in range(1, len(pieces) - 2, 3) if pieces[i] == "cell"}
+    return pieces[0], cells
 
 
 def _encode_source(cell: Cell, new: str, raw: str) -> str:
@@ -227,10 +250,13 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
     if run is None:
         return result
     result.notes.extend(run.notes)
-    new_sources = split_virtual(run.source.decode("utf-8"))
+    head, new_sources = split_virtual(run.source.decode("utf-8"))
     if set(new_sources) != set(module.starts):
         result.notes.append("internal error: a fix moved code across notebook cells; notebook left unchanged")
         return result
+    if head.strip():  # an import a fix needs: it goes to the top of the first code cell
+        first = min(new_sources, key=lambda i: module.starts[i])
+        new_sources[first] = head.lstrip("\n") + new_sources[first]
     new_text = text
     by_index = {c.index: c for c in cells}
     for index in sorted(new_sources, key=lambda i: -by_index[i].span[0]):  # back to front: spans stay valid

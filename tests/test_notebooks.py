@@ -136,3 +136,49 @@ def test_truncated_notebook_is_a_clear_error(tmp_path, capsys, monkeypatch):
     (tmp_path / "cut.ipynb").write_text('{"cells": [{"cell_type": "markdown", "source": ["- how to use')
     code, out, err = run_cli(["cut.ipynb"], capsys, monkeypatch, tmp_path)
     assert code == 2 and "cut.ipynb:1:1: not a notebook" in out and "internal error" not in err
+
+
+def test_imports_in_a_magic_cell_count_for_later_cells(tmp_path, capsys, monkeypatch):
+    cells = [
+        {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [],
+         "source": ["%matplotlib inline\n", "import torch as T\n", "!nvidia-smi"]},
+        {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [],
+         "source": ["with T.no_grad:\n", "    y = T.ones(2) * 2\n"]},
+    ]
+    path = tmp_path / "m.ipynb"
+    before = write_notebook(path, cells)
+    code, out, err = run_cli(["m.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "m.ipynb:cell 2:1:6: GF101" in out and "cell 1 skipped" in err
+    code, _, _ = run_cli(["--apply", "m.ipynb"], capsys, monkeypatch, tmp_path)
+    assert code == 0
+    after = json.loads(path.read_text())
+    assert after["cells"][0]["source"] == cells[0]["source"]  # the magic cell is never rewritten
+    assert after["cells"][1]["source"] == ["with T.no_grad():\n", "    y = T.ones(2) * 2\n"]
+    assert path.read_bytes() != before
+
+
+@pytest.mark.parametrize("first_cell_without_imports", [False, True])
+def test_an_import_a_fix_needs_goes_to_the_first_code_cell(tmp_path, capsys, monkeypatch, first_cell_without_imports):
+    from gradfix.rules import rule_by_code
+
+    if rule_by_code("GF304") is None:
+        pytest.skip("GF304 not available")
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# SGD by hand"]},
+        {"cell_type": "code", "execution_count": 1, "metadata": {}, "outputs": [],
+         "source": ["from torch import nn\n", "net = nn.Linear(2, 2)\n"]},
+        {"cell_type": "code", "execution_count": 2, "metadata": {}, "outputs": [],
+         "source": ["for p in net.parameters():\n", "    p.data.add_(p.grad.data, alpha=-0.1)\n"]},
+    ]
+    if first_cell_without_imports:  # then the new import lands before the first cell's code
+        cells[1]["source"] = ["net = make_net()\n"]
+    path = tmp_path / "sgd.ipynb"
+    write_notebook(path, cells)
+    code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF304", "sgd.ipynb"], capsys, monkeypatch, tmp_path)
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+               for c in json.loads(path.read_text())["cells"]]
+    if "no_grad" not in sources[2]:
+        pytest.skip(f"GF304 did not fix this shape: {out}")
+    assert "import torch\n" in sources[1] and "net = " in sources[1]
+    assert sources[0] == "# SGD by hand"
+    compile("\n".join(sources[1:]), "nb", "exec")
