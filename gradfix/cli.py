@@ -278,11 +278,7 @@ def _emit(
     if diff:
         results = as_on_disk(results)
     if output_format is OutputFormat.text:
-        closing = summary(results, unsafe, mode)
-        if path_errors:  # the summary tells the whole story: paths that were not found count too
-            closing = closing.replace("All checks passed!", "No findings.")
-            closing += f" {path_errors} path{'s' * (path_errors != 1)} not found."
-        report_lines = text_report(results, unsafe, mode) + [closing]
+        report_lines = text_report(results, unsafe, mode) + [summary(results, unsafe, mode, path_errors)]
     elif output_format is OutputFormat.json:
         report_lines = [json_report(results, applied_mode=apply)]
     elif output_format is OutputFormat.sarif:

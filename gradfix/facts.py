@@ -280,6 +280,23 @@ class FileFacts:
         """Module-level names bound to the torch module itself (``import torch as T`` -> T)."""
         return {n for n, t in self.scope_of_node[self.tree].imports.items() if t == "torch"}
 
+    def torch_name_writable(self) -> bool:
+        """Whether a fix may write ``torch.X`` here: the module imports torch as a module, or
+        nothing at module level is named ``torch`` (so ``import torch`` can be added)."""
+        if self.torch_module_names():
+            return True
+        module_scope = self.scope_of_node[self.tree]
+        return "torch" not in module_scope.locals and "torch" not in module_scope.imports
+
+    def imported_from(self, call: ast.Call, name: str) -> str | None:
+        """``M`` when ``call`` calls a bare ``name`` bound by ``from M import name`` (no alias)."""
+        if not isinstance(call.func, ast.Name) or call.func.id != name:
+            return None
+        target = self.resolve_name(name, call)
+        if target is None or not target.endswith("." + name):
+            return None
+        return target.rpartition(".")[0]
+
     # -- grad regions ---------------------------------------------------------------------
     def grad_region_for(self, expr: ast.expr, owner) -> GradRegion | None:
         """Interpret a with-item's expression or a decorator as a grad region, if it is one."""
@@ -381,24 +398,12 @@ class FileFacts:
         """Calls whose nearest enclosing function is ``func`` (None: module level)."""
         return list(self._calls_by_scope.get(func, ()))
 
-    def calls_to(self, qualname: str) -> list[ast.Call]:
-        return [c for c in self.calls if self.call_qualname(c) == qualname]
 
     def statements(self, func: FunctionNode | None) -> Iterator[ast.stmt]:
         """Statements owned by ``func`` (not those of nested functions), in source order."""
         root = self.tree if func is None else func
         yield from _own_statements(getattr(root, "body", []))
 
-    @cached_property
-    def _nodes_by_function(self) -> dict[FunctionNode | None, list[ast.AST]]:
-        index: dict[FunctionNode | None, list[ast.AST]] = {}
-        for node, owner in self.function_of.items():
-            index.setdefault(owner, []).append(node)
-        return index
-
-    def nodes_of(self, func: FunctionNode | None) -> Iterator[ast.AST]:
-        """Every node whose nearest enclosing function is ``func``."""
-        yield from self._nodes_by_function.get(func, ())
 
     # -- data flow by name (within a function) --------------------------------------------
     def name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:

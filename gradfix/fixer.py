@@ -77,12 +77,6 @@ class FixContext:
     def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
         return self.parents.get(node)
 
-    def ancestor(self, node: cst.CSTNode, kind: type[N]) -> N | None:
-        current = self.parents.get(node)
-        while current is not None and not isinstance(current, kind):
-            current = self.parents.get(current)
-        return current
-
     def code(self, node: cst.CSTNode) -> str:
         return self.module.code_for_node(node)
 

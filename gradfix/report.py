@@ -49,7 +49,8 @@ def text_report(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) ->
     return lines
 
 
-def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> str:
+def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str, missing_paths: int = 0) -> str:
+    """The closing line; ``missing_paths`` counts command-line paths that were not found."""
     outcomes = [o for r in results for o in r.findings]
     fixed = sum(o.applied for o in outcomes)
     left = [o for o in outcomes if not o.applied]
@@ -57,13 +58,14 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> str
     safe = sum(1 for o in left if o.finding.fix is FixSafety.SAFE or (o.finding.fix is FixSafety.UNSAFE and unsafe_fixes))
     hidden = sum(1 for o in left if o.finding.fix is FixSafety.UNSAFE and not unsafe_fixes)
     errors = sum(1 for r in results if r.error)
+    failed = errors or missing_paths
     parts = []
     if applied_mode:
         files = sum(1 for r in results if any(o.applied for o in r.findings))
         verb = "Fixed" if mode == "apply" else "Would fix"
         parts.append(f"{verb} {fixed} finding{'s' * (fixed != 1)} in {files} file{'s' * (files != 1)}; {len(left)} remaining.")
     elif not left:
-        parts.append("No findings." if any(r.error for r in results) else "All checks passed!")
+        parts.append("No findings." if failed else "All checks passed!")
     else:
         parts.append(f"Found {len(left)} finding{'s' * (len(left) != 1)}.")
     if safe and left:
@@ -72,6 +74,8 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> str
         parts.append(f"{hidden} more fixable with --unsafe-fixes (they change behaviour on purpose; see `gradfix explain CODE`).")
     if errors:
         parts.append(f"{errors} file{'s' * (errors != 1)} could not be checked.")
+    if missing_paths:
+        parts.append(f"{missing_paths} path{'s' * (missing_paths != 1)} not found.")
     return " ".join(parts)
 
 

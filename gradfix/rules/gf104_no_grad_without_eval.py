@@ -383,7 +383,7 @@ def _called_by_name(facts: FileFacts, call: ast.Call, name: str) -> bool:
     return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
 
 
-def _passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
+def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
     """Names that mean one of ``names`` inside ``func`` when ``call`` calls it."""
     inside = set(names)
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
@@ -412,7 +412,7 @@ def _left_in_eval_by_call(facts: FileFacts, func, names: tuple[str, ...], node: 
         for f in facts.functions:
             if f.name != callee or f is func:
                 continue
-            inside = _passed_names(f, call, names)
+            inside = passed_names(f, call, names)
             mine = [sw for sw in own_switches(facts, f) if any(covers(sw.receiver, n) for n in inside)]
             if mine and (last is None or pos(call) > last[0]):
                 last = (pos(call), max(mine, key=lambda sw: pos(sw.call)).mode)

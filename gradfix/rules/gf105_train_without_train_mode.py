@@ -22,6 +22,7 @@ from gradfix.rules.gf104_no_grad_without_eval import (
     own_calls,
     own_loops_around,
     own_switches,
+    passed_names,
     pos,
     related,
     same_object,
@@ -55,23 +56,6 @@ def _callee_name(call: ast.Call) -> str | None:
     if isinstance(func, ast.Attribute):
         return func.attr
     return None
-
-
-def _names_inside(facts: FileFacts, func, call: ast.Call, names: set[str]) -> set[str]:
-    """Names that mean the module inside ``func`` when ``call`` passes it as an argument."""
-    inside = set(names)
-    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
-    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
-        params = params[1:]
-    for index, arg in enumerate(call.args):
-        name = dotted_name(arg)
-        if name and index < len(params) and any(related(name, n) for n in names):
-            inside.add(params[index])
-    for kw in call.keywords:
-        name = dotted_name(kw.value)
-        if name and kw.arg and any(related(name, n) for n in names):
-            inside.add(kw.arg)
-    return inside
 
 
 def _leaves_eval(facts: FileFacts, func, names: set[str]) -> bool:
@@ -147,12 +131,12 @@ def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
         if defined:
             chosen = {
                 m for f in defined if f is not scope
-                if (m := _mode_by_argument(facts, f, call, _names_inside(facts, f, call, names)))
+                if (m := _mode_by_argument(facts, f, call, passed_names(f, call, names)))
             }
             if chosen:
                 items.append(ModeItem(call, "evalcall" if chosen == {"eval"} else "train"))
                 continue
-            if any(_leaves_eval(facts, f, _names_inside(facts, f, call, names)) for f in defined if f is not scope):
+            if any(_leaves_eval(facts, f, passed_names(f, call, names)) for f in defined if f is not scope):
                 items.append(ModeItem(call, "evalcall"))
         elif EVALISH.search(callee):
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}

@@ -403,7 +403,7 @@ class GlobalGradToggle(Rule):
                     fix=False,
                 )
             return
-        import_module = _from_import_module(facts, toggles[0].call)
+        import_module = facts.imported_from(toggles[0].call, "set_grad_enabled")
         for opener_index, closer_index in units:
             opener = toggles[opener_index]
             stop_index = opener_index + 1 if opener_index + 1 < len(toggles) else None
@@ -414,7 +414,7 @@ class GlobalGradToggle(Rule):
                 and opener.mode is not None
                 and _decorator_ok(facts, func, opener.call)
             )
-            keep_call = not isinstance(opener.call.func, ast.Attribute) and not _torch_name_usable(facts)
+            keep_call = not isinstance(opener.call.func, ast.Attribute) and not facts.torch_name_writable()
             scoped = facts.segment(opener.call) if keep_call else _scoped_text(facts, opener)
             closer = toggles[closer_index] if closer_index is not None else None
             if decorator:
@@ -711,23 +711,6 @@ def _scoped_text(facts: FileFacts, t: _Toggle) -> str:
     else:
         prefix = min(facts.torch_module_names(), default="torch")
     return f"{prefix}.{'enable_grad' if t.mode else 'no_grad'}()"
-
-
-def _torch_name_usable(facts: FileFacts) -> bool:
-    """Whether ``torch.no_grad()`` can be written here (``import torch`` added if missing)."""
-    if facts.torch_module_names():
-        return True
-    module_scope = facts.scope_of_node[facts.tree]
-    return "torch" not in module_scope.locals and "torch" not in module_scope.imports
-
-
-def _from_import_module(facts: FileFacts, call: ast.Call) -> str | None:
-    if not isinstance(call.func, ast.Name) or call.func.id != "set_grad_enabled":
-        return None
-    target = facts.resolve_name("set_grad_enabled", call)
-    if target is None or not target.endswith(".set_grad_enabled"):
-        return None
-    return target.rpartition(".")[0]
 
 
 def _under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:

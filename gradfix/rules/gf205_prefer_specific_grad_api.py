@@ -111,7 +111,7 @@ class PreferSpecificGradApi(Rule):
                 continue
             api = "enable_grad" if mode else "no_grad"
             func = call.func
-            if not isinstance(func, ast.Attribute) and not _torch_name_usable(facts):
+            if not isinstance(func, ast.Attribute) and not facts.torch_name_writable():
                 continue  # `torch` names something else here: no short spelling to offer
             prefix = facts.segment(func.value) if isinstance(func, ast.Attribute) else "torch"
             yield self.report(
@@ -119,7 +119,7 @@ class PreferSpecificGradApi(Rule):
                 call,
                 f"`{facts.segment(call)}` has a constant mode: `{prefix}.{api}()` says the same by name",
                 anchors=[region.owner],
-                data=_Plan(api, _from_import_module(facts, call)),
+                data=_Plan(api, facts.imported_from(call, "set_grad_enabled")),
             )
 
     def fix(self, finding, ctx):
@@ -135,21 +135,3 @@ class PreferSpecificGradApi(Rule):
                 ctx.remove_import_if_unused(plan.import_module, "set_grad_enabled")
         new = ctx.expr(f"{prefix}.{plan.api}()")
         return [Edit(call, new)]
-
-
-def _torch_name_usable(facts: FileFacts) -> bool:
-    """Whether ``torch.no_grad()`` can be written here (``import torch`` added if missing)."""
-    if facts.torch_module_names():
-        return True
-    module_scope = facts.scope_of_node[facts.tree]
-    return "torch" not in module_scope.locals and "torch" not in module_scope.imports
-
-
-def _from_import_module(facts: FileFacts, call: ast.Call) -> str | None:
-    """``torch`` for ``from torch import set_grad_enabled`` (not aliased), else None."""
-    if not isinstance(call.func, ast.Name) or call.func.id != "set_grad_enabled":
-        return None
-    target = facts.resolve_name("set_grad_enabled", call)
-    if target is None or not target.endswith(".set_grad_enabled"):
-        return None
-    return target.rpartition(".")[0]

@@ -146,8 +146,7 @@ def feeds_training(facts: FileFacts, func: ast.FunctionDef | ast.AsyncFunctionDe
 
 
 def own_nodes(func) -> list[ast.AST]:
-    """Nodes of ``func``'s body, not descending into nested functions, lambdas or classes
-    (cheaper than ``FileFacts.nodes_of``, which scans the whole file)."""
+    """Nodes of ``func``'s body, not descending into nested functions, lambdas or classes."""
     out: list[ast.AST] = []
     todo = list(func.body)
     while todo:

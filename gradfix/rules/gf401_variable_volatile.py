@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
 from gradfix.rules.gf402_variable_wrapper import (
-    detached,
     flag_text,
+    fix_variable_call,
     receiver_text,
     truthiness,
     variable_calls,
@@ -171,11 +170,4 @@ class VariableVolatile(Rule):
             )
 
     def fix(self, finding, ctx):
-        from gradfix.fixer import Edit
-
-        with_flag, module = finding.data
-        call = ctx.node_at(finding.span, cst.Call)
-        edit = Edit(call, detached(ctx, call, with_flag))
-        if module:
-            ctx.remove_import_if_unused(module, "Variable")
-        return [edit]
+        return fix_variable_call(finding, ctx)

@@ -38,6 +38,18 @@ class VariableCall:
     import_module: str | None
 
 
+def fix_variable_call(finding, ctx):
+    """``Variable(x, ...)`` -> ``x.detach()`` (``.requires_grad_(flag)``), dropping the import
+    once unused; ``finding.data`` is ``(has requires_grad flag, import module or None)``."""
+    from gradfix.fixer import Edit
+
+    with_flag, module = finding.data
+    call = ctx.node_at(finding.span, cst.Call)
+    if module:
+        ctx.remove_import_if_unused(module, "Variable")
+    return [Edit(call, detached(ctx, call, with_flag))]
+
+
 def variable_calls(facts) -> Iterator[VariableCall]:
     """Calls that resolve to ``torch.autograd.Variable`` (any import spelling)."""
     own_definition = _defines_name(facts, "Variable")
@@ -379,11 +391,4 @@ class VariableWrapper(Rule):
             )
 
     def fix(self, finding, ctx):
-        from gradfix.fixer import Edit
-
-        with_flag, module = finding.data
-        call = ctx.node_at(finding.span, cst.Call)
-        edit = Edit(call, detached(ctx, call, with_flag))
-        if module:
-            ctx.remove_import_if_unused(module, "Variable")
-        return [edit]
+        return fix_variable_call(finding, ctx)
