@@ -16,7 +16,15 @@ from typing import List, Optional
 import typer
 
 from gradfix import __version__
-from gradfix.config import CliOverrides, ConfigError, config_for_file, parse_option_flag, settings_for, validate_codes
+from gradfix.config import (
+    CliOverrides,
+    ConfigError,
+    config_for_dir,
+    config_for_file,
+    parse_option_flag,
+    settings_for,
+    validate_codes,
+)
 from gradfix.engine import Job
 from gradfix.files import PathError, discover
 from gradfix.report import (
@@ -160,7 +168,7 @@ def check_command(
         for path in paths:
             excludes_here = excludes
             if path.is_dir():
-                config = config_for_file(path / "__init__.py")
+                config = config_for_dir(path.resolve())
                 if config.root is not None and config.root == path.resolve():
                     excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
             try:
