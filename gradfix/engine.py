@@ -99,7 +99,9 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     """
     text = decode_source(source)
     tree = parse(source, path)  # always: a syntax error is reported even where no rule applies
-    rules = [r(settings.options_for(r.code)) for r in selected_rules(settings)]
+    chosen = selected_rules(settings)
+    enabled = [r.code for r in chosen]
+    rules = [r(settings.options_for(r.code), enabled) for r in chosen]
     rules = [r for r in rules if _triggered(r, text)]
     if not rules:
         return []
@@ -135,7 +137,7 @@ def _builder(settings: Settings):
     def build(finding: Finding, ctx: FixContext):
         if finding.code not in instances:
             rule = next(r for r in all_rules() if r.code == finding.code)
-            instances[finding.code] = rule(settings.options_for(finding.code))
+            instances[finding.code] = rule(settings.options_for(finding.code), [r.code for r in selected_rules(settings)])
         return instances[finding.code].fix(finding, ctx)
 
     return build

@@ -32,6 +32,7 @@ class Finding:
     ``anchors`` are extra lines whose suppression comments also silence it (the ``with`` or
     ``def`` line that opens the flagged construct). ``data`` is the rule's own payload,
     handed back to its ``fix``; it must be picklable. ``cell`` is set for notebook findings.
+    ``fix_title`` says in a few words what the fix does (Ruff's fix title); None without a fix.
     """
 
     code: str
@@ -42,6 +43,7 @@ class Finding:
     anchors: tuple[int, ...] = ()
     data: Any = None
     cell: int | None = None  # 1-based notebook cell (the span is then relative to the cell)
+    fix_title: str | None = None
 
     @property
     def line(self) -> int:

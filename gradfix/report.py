@@ -99,7 +99,7 @@ def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
                     "message": f.message,
                     "fix": None
                     if f.fix is None
-                    else {"safety": f.fix.value, "applied": bool(applied_mode and outcome.applied)},
+                    else {"safety": f.fix.value, "applied": bool(applied_mode and outcome.applied), "title": f.fix_title},
                 }
             )
     return json.dumps(rows, indent=2)

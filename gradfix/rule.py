@@ -68,15 +68,27 @@ class Rule:
     #: (cheap pre-filter, so most files of a big tree are never walked). Empty: always run.
     triggers: ClassVar[tuple[str, ...]] = ()
     options: ClassVar[tuple[Option, ...]] = ()
+    #: What the fix does, in a few words ("Add `()`"); a finding may give its own.
+    fix_title: ClassVar[str | None] = None
     #: What `gradfix verify` must observe when fixture models run before/after the fix (see
     #: gradfix/verify/contract.py). None: derived from fix_safety (safe: every observable equal).
     contract: ClassVar[Any] = None
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
 
-    def __init__(self, options: dict[str, Any] | None = None):
+    def __init__(self, options: dict[str, Any] | None = None, enabled: Iterable[str] = ()):
         self.opts = {o.name: o.default for o in self.options}
         self.opts.update(options or {})
+        #: Codes of every rule enabled in this run (this one included).
+        self.enabled = frozenset(enabled)
+
+    def defers_to(self, code: str) -> bool:
+        """True when rule ``code`` is enabled, so that a case it covers is left to it.
+
+        A rule that leaves a shape to another rule must ask this: with the other rule
+        ignored, the shape is this rule's to report.
+        """
+        return code in self.enabled
 
     # -- to implement ---------------------------------------------------------------------
     def check(self, facts: FileFacts) -> Iterable[Finding]:
@@ -96,12 +108,14 @@ class Rule:
         fix: FixSafety | None | bool = True,
         anchors: Iterable[ast.AST | int] = (),
         data: Any = None,
+        fix_title: str | None = None,
     ) -> Finding:
         """A finding at ``node``; ``fix=True`` means "this rule's declared fix safety"."""
         span = node if isinstance(node, Span) else facts.span(node)
         safety = self.fix_safety if fix is True else (None if fix is False else fix)
         lines = tuple(a if isinstance(a, int) else a.lineno for a in anchors)
-        return Finding(self.code, self.name, message, span, safety, lines, data)
+        title = (fix_title or self.fix_title) if safety is not None else None
+        return Finding(self.code, self.name, message, span, safety, lines, data, fix_title=title)
 
     # -- metadata ---------------------------------------------------------------------------
     @classmethod

@@ -68,7 +68,7 @@ def _fix_for(result: FileResult, finding: Finding, settings: Settings) -> dict |
         return None
     region, text = change
     return {
-        "description": {"text": f"{finding.code} ({finding.fix.value} fix)"},
+        "description": {"text": f"{finding.fix_title or finding.code} ({finding.fix.value} fix)"},
         "artifactChanges": [
             {
                 "artifactLocation": {"uri": result.path},

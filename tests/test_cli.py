@@ -210,7 +210,7 @@ def test_json_schema(tree):
         assert isinstance(row["message"], str) and row["message"]
     first, second = rows
     assert (first["line"], first["column"], first["end_line"], first["end_column"]) == (5, 10, 5, 23)
-    assert first["fix"] == {"safety": "safe", "applied": False}
+    assert first["fix"] == {"safety": "safe", "applied": False, "title": "Call the context manager: add `()`"}
     assert second["fix"] is None  # set_grad_enabled without a mode: no fix
 
 
@@ -218,7 +218,7 @@ def test_json_under_apply_marks_applied(tree):
     write(tree / "bad.py", BUGGY)
     result = run("--select", "GF101", "--format", "json", "--apply", "bad.py")
     rows = json.loads(result.stdout)
-    assert [r["fix"] for r in rows] == [{"safety": "safe", "applied": True}]
+    assert [r["fix"] for r in rows] == [{"safety": "safe", "applied": True, "title": "Call the context manager: add `()`"}]
     assert result.exit_code == 0
 
 

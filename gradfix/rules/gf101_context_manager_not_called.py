@@ -41,6 +41,7 @@ class ContextManagerNotCalled(Rule):
     name = "context-manager-not-called"
     summary = "Grad context manager used in `with` without calling it"
     fix_safety = FixSafety.SAFE
+    fix_title = "Call the context manager: add `()`"
     triggers = ("grad", "inference_mode")
 
     VALID = [
