@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
@@ -27,11 +29,13 @@ from gradfix.config import (
 )
 from gradfix.engine import Job
 from gradfix.files import PathError, discover
+from gradfix.model import FileResult, Settings
 from gradfix.report import (
     as_on_disk,
     file_diff,
     json_report,
     print_summary_table,
+    statistics_report,
     summary,
     text_report,
     use_color,
@@ -48,7 +52,7 @@ app = typer.Typer(
     help=(
         "Find and fix PyTorch gradient-control mistakes (no_grad, set_grad_enabled, eval, detach).\n\n"
         "`gradfix PATH...` is `gradfix check PATH...`: see `gradfix check -h` for --diff, --apply, "
-        "--select and the other options. `gradfix --version` prints the version."
+        "--select and the other options. `gradfix --version` (`-V`) prints the version."
     ),
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -97,11 +101,56 @@ def _display(path: Path) -> str:
     return Path(rel).as_posix()
 
 
+class ColorChoice(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+COLOR_OPTION = typer.Option(
+    ColorChoice.auto,
+    "--color",
+    help="Colour output: auto (on a terminal; NO_COLOR turns it off, FORCE_COLOR on), always or never.",
+)
+
+
+def _set_color(choice: ColorChoice) -> None:
+    import gradfix.report
+
+    gradfix.report.COLOR_CHOICE = choice.value
+
+
+@dataclass(frozen=True)
+class OutputChoices:
+    """How ``check`` reports: the output flags, gathered once."""
+
+    diff: bool = False
+    apply: bool = False
+    output_format: OutputFormat = OutputFormat.text
+    output_file: Path | None = None
+    quiet: bool = False
+    statistics: bool = False
+    show_fixes: bool = False
+    exit_zero: bool = False
+    stdin: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "apply" if self.apply else "diff" if self.diff else "check"
+
+
+STDIN = Path("-")
+
+
 @app.command("check")
 def check_command(
-    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Files or folders to check (folders: *.py and *.ipynb)."),
+    paths: List[Path] = typer.Argument(
+        None, metavar="PATH", help="Files or folders to check (folders: *.py and *.ipynb); - reads standard input."
+    ),
     diff: bool = typer.Option(False, "--diff", help="Print the fixes as a unified diff; write nothing."),
-    apply: bool = typer.Option(False, "--apply", "--fix", help="Rewrite files in place."),
+    apply: bool = typer.Option(
+        False, "--apply", "--fix", help="Rewrite files in place (standard input: print the fixed source)."
+    ),
     unsafe_fixes: Optional[bool] = typer.Option(
         None, "--unsafe-fixes/--no-unsafe-fixes", help="Include fixes that change behaviour on purpose."
     ),
@@ -119,7 +168,13 @@ def check_command(
     output_format: OutputFormat = typer.Option(
         OutputFormat.text, "--format", help="text (default), json, sarif (SARIF 2.1.0) or github (workflow annotations)."
     ),
-    output_file: Optional[Path] = typer.Option(None, "--output-file", "-O", metavar="FILE", help="Write the report here, not to stdout."),
+    output_file: Optional[Path] = typer.Option(
+        None,
+        "--output-file",
+        "-O",
+        metavar="FILE",
+        help="Write the report here, not to stdout (with --diff: write the diff here).",
+    ),
     exclude: List[str] = typer.Option(
         [],
         "--exclude",
@@ -137,9 +192,34 @@ def check_command(
         metavar="CMD",
         help="With --apply: run CMD before and after; keep only the rules' fixes after which it still passes.",
     ),
+    stdin_filename: Optional[Path] = typer.Option(
+        None,
+        "--stdin-filename",
+        metavar="PATH",
+        help="The path of the source read from standard input: its config applies and messages name it.",
+    ),
+    statistics: bool = typer.Option(False, "--statistics", help="Print the number of findings per rule, not each finding."),
+    exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when findings remain (errors still exit 2)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print the findings only: no summary, table or notes."),
+    show_fixes: bool = typer.Option(
+        False, "--show-fixes", help="Name each finding's fix; with --diff/--apply, list each fix made, not only the count."
+    ),
+    color: ColorChoice = COLOR_OPTION,
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
 ) -> None:
     """Report findings (default), show fixes (--diff) or apply them (--apply)."""
+    _set_color(color)
+    paths = list(paths or [])
+    stdin = STDIN in paths or (not paths and stdin_filename is not None)
+    if not paths and not stdin:
+        _err("no path given (a file, a folder, or - for standard input; see gradfix check -h)")
+        raise typer.Exit(2)
+    if stdin and any(p != STDIN for p in paths):
+        _err("- (standard input) cannot be combined with other paths")
+        raise typer.Exit(2)
+    if stdin and (interactive or verify_cmd is not None):
+        _err("--interactive and --verify-cmd need files, not standard input")
+        raise typer.Exit(2)
     if diff and apply:
         _err("--diff and --apply cannot be used together")
         raise typer.Exit(2)
@@ -149,6 +229,10 @@ def check_command(
     if interactive and not sys.stdin.isatty():
         _err("--interactive needs a terminal on standard input")
         raise typer.Exit(2)
+    if statistics and output_format not in (OutputFormat.text, OutputFormat.json):
+        _err("--statistics works with --format text or json")
+        raise typer.Exit(2)
+    out = OutputChoices(diff, apply, output_format, output_file, quiet, statistics, show_fixes, exit_zero, stdin)
     try:
         rule_options: dict[str, dict[str, str]] = {}
         for flag in option:
@@ -161,26 +245,10 @@ def check_command(
             unsafe_fixes=unsafe_fixes,
             rule_options=rule_options,
         )
-        jobs_list = []
-        path_errors = 0  # a bad path is reported; the other paths are still checked
-        excludes = list(exclude)
-        extensions = (".py", ".ipynb") if notebooks else (".py",)
-        for path in paths:
-            excludes_here = excludes
-            if path.is_dir():
-                config = config_for_dir(path.resolve())
-                if config.root is not None and config.root == path.resolve():
-                    excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
-            try:
-                for found in discover([path], exclude=excludes_here, extensions=extensions):
-                    config = config_for_file(found.path)
-                    if not found.explicit and _excluded_by_config(found.path, config):
-                        continue
-                    settings = settings_for(found.path, config, cli)
-                    jobs_list.append(Job(str(found.path), settings, _display(found.path)))
-            except PathError as exc:
-                _err(str(exc))
-                path_errors += 1
+        if stdin:
+            jobs_list, path_errors = [_stdin_job(stdin_filename, cli)], 0
+        else:
+            jobs_list, path_errors = _jobs_for(paths, cli, exclude, notebooks)
     except ConfigError as exc:
         _err(str(exc))
         raise typer.Exit(2)
@@ -188,20 +256,106 @@ def check_command(
         if path_errors:
             raise typer.Exit(2)
         _err("no Python files found")
+    elif not quiet:
+        for warning in _inert_extend_select(jobs_list[0].settings, cli.extend_select):
+            _err(warning)
     if verify_cmd is not None:
         raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
     if interactive:
         raise typer.Exit(_review(jobs_list, jobs))
     try:
-        results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
-        exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file, path_errors)
+        if stdin:
+            results = [_process_stdin(jobs_list[0], diff or apply)]
+        else:
+            results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
+        exit_code = _emit(results, jobs_list, out, path_errors)
         if path_errors:
             exit_code = 2
     except KeyboardInterrupt:
         # Writes are atomic and one at a time: every file is either old or new.
         _err("interrupted; files already written are complete, the rest are unchanged")
         raise typer.Exit(130)
+    if exit_zero and exit_code == 1:
+        exit_code = 0
     raise typer.Exit(exit_code)
+
+
+def _jobs_for(paths: list[Path], cli: CliOverrides, exclude: list[str], notebooks: bool) -> tuple[list[Job], int]:
+    """One job per file found under ``paths``, with that file's settings; and how many paths
+    were bad (each reported: the other paths are still checked)."""
+    jobs_list = []
+    path_errors = 0
+    excludes = list(exclude)
+    extensions = (".py", ".ipynb") if notebooks else (".py",)
+    for path in paths:
+        excludes_here = excludes
+        if path.is_dir():
+            config = config_for_dir(path.resolve())
+            if config.root is not None and config.root == path.resolve():
+                excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
+        try:
+            for found in discover([path], exclude=excludes_here, extensions=extensions):
+                config = config_for_file(found.path)
+                if not found.explicit and _excluded_by_config(found.path, config):
+                    continue
+                settings = settings_for(found.path, config, cli)
+                jobs_list.append(Job(str(found.path), settings, _display(found.path)))
+        except PathError as exc:
+            _err(str(exc))
+            path_errors += 1
+    return jobs_list, path_errors
+
+
+def _stdin_job(stdin_filename: Path | None, cli: CliOverrides) -> Job:
+    """Standard input, checked as if it were ``stdin_filename`` (its config, its per-file
+    ignores, its name in messages; ``.ipynb``: a notebook), else as ``-`` in the current folder."""
+    if stdin_filename is None:
+        config = config_for_dir(Path.cwd().resolve())
+        return Job("-", settings_for(Path.cwd() / "-", config, cli), "-")
+    config = config_for_file(stdin_filename)
+    return Job(str(stdin_filename), settings_for(stdin_filename, config, cli), _display(stdin_filename))
+
+
+def _process_stdin(job: Job, want_fixes: bool) -> FileResult:
+    from gradfix.engine import process_source
+
+    source = sys.stdin.buffer.read()
+    try:
+        return process_source(source, job, want_fixes)
+    except Exception as exc:  # as for a file: a bug in gradfix is one readable error
+        if os.environ.get("GRADFIX_DEBUG"):
+            raise
+        return FileResult(job.display, old_source=source, error=f"internal error: {type(exc).__name__}: {exc}", error_kind="internal")
+
+
+def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[str]:
+    """A warning for each ``--extend-select`` pattern that turns on no rule."""
+    from dataclasses import replace
+
+    from gradfix.engine import selected_rules
+    from gradfix.rules import all_rules
+
+    warnings = []
+    enabled = {r.code for r in selected_rules(settings)}
+    for pattern in dict.fromkeys(patterns):
+        if pattern == "ALL":
+            continue
+        others = tuple(p for p in settings.extend_select if p != pattern)
+        if {r.code for r in selected_rules(replace(settings, extend_select=others))} != enabled:
+            continue
+        matching = [r for r in all_rules() if r.code.startswith(pattern)]
+        ignored = [r.code for r in matching if any(r.code.startswith(p) for p in settings.ignore)]
+        on = [r.code for r in matching if r.code in enabled]
+        off = [r.code for r in matching if r.code not in enabled and r.code not in ignored]
+        reasons = []
+        if on:
+            reasons.append(f"{', '.join(on)} {'is' if len(on) == 1 else 'are'} already on")
+        if off:
+            reasons.append(f"off-by-default {', '.join(off)} need{'s' * (len(off) == 1)} the full code (--extend-select {off[0]})")
+        if ignored:
+            reasons.append(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored")
+        warnings.append(f"--extend-select {pattern} enables no rule: {'; '.join(reasons)}")
+    return warnings
 
 
 PROGRESS_MIN_FILES = 50
@@ -223,6 +377,9 @@ def _migrate(jobs_list: list[Job], command: str, workers: int | None) -> int:
 def _review(jobs_list: list[Job], workers: int | None) -> int:
     from gradfix.review import review
 
+    for job in jobs_list:
+        if job.path.endswith(".ipynb"):
+            _err(f"{job.display}: interactive review does not cover notebooks yet: its findings are listed below; use --diff / --apply for it")
     results = run_jobs(jobs_list, want_fixes=False, workers=workers)
     errors = review(results, jobs_list)
     for error in errors:
@@ -239,7 +396,7 @@ def _review(jobs_list: list[Job], workers: int | None) -> int:
 
 def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool):
     """A progress bar on stderr for big runs, only on a terminal and only for text output."""
-    if not (text and len(jobs_list) >= PROGRESS_MIN_FILES and use_color(sys.stderr)):
+    if not (text and len(jobs_list) >= PROGRESS_MIN_FILES and sys.stderr.isatty()):
         return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -255,84 +412,144 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-def _emit(
-    results,
-    jobs_list,
-    diff: bool,
-    apply: bool,
-    output_format: OutputFormat,
-    output_file: Path | None,
-    path_errors: int = 0,
-) -> int:
+def _emit(results: list[FileResult], jobs_list: list[Job], out: OutputChoices, path_errors: int = 0) -> int:
+    """Write the report, the diff or the fixed standard input; returns the exit code.
+
+    stdout carries one thing: the diff (``--diff``), the fixed source (standard input with
+    ``--apply``) or the report; the report then goes to stderr. With ``--diff``, ``-O FILE``
+    takes the diff and the report stays on stdout; a machine-readable report (json, sarif,
+    github) always keeps stdout to itself.
+    """
     unsafe = any(j.settings.unsafe_fixes for j in jobs_list)
-    errors = []
-    if apply:
-        errors += write_results(results, jobs_list)
+    if out.apply and not out.stdin:
+        write_results(results, jobs_list)
+    machine = out.output_format is not OutputFormat.text
     for result in results:
-        for note in result.notes:
-            _err(f"{result.path}: {note}")
+        if not out.quiet:
+            for note in result.notes:
+                _err(f"{result.path}: {note}")
         if result.error_kind in ("io", "internal"):  # write errors too: one line each
             message = result.error if result.error.startswith("cannot") else f"{result.path}: {result.error}"
             _err(message)
-        elif result.error_kind == "syntax" and output_format in (OutputFormat.json, OutputFormat.sarif):
-            # The json schema has no place for it: say on stderr why the exit status is 2.
+        elif result.error_kind == "syntax" and out.output_format in (OutputFormat.json, OutputFormat.sarif):
+            # The report carries it too; stderr says it in one line why the exit status is 2.
             _err(f"{result.path}:{result.error}")
-    if diff:
-        for result in sorted(results, key=lambda r: r.path):
-            patch = file_diff(result)
-            if patch:
-                write_diff(patch)
-    mode = "apply" if apply else "diff" if diff else "check"
-    if diff:
+    fix_output: bytes | None = None  # the patch, or the fixed standard input
+    if out.diff:
+        fix_output = b"".join(file_diff(r) for r in sorted(results, key=lambda r: r.path))
         results = as_on_disk(results)
-    if output_format is OutputFormat.text:
-        report_lines = text_report(results, unsafe, mode) + [summary(results, unsafe, mode, path_errors)]
-    elif output_format is OutputFormat.json:
-        report_lines = [json_report(results, applied_mode=apply)]
-    elif output_format is OutputFormat.sarif:
-        from gradfix.sarif import sarif_report
-
-        report_lines = [sarif_report(results, {j.display: j.settings for j in jobs_list})]
-    else:
-        from gradfix.sarif import github_report
-
-        report_lines = github_report(results)
-    report = "".join(line + "\n" for line in report_lines)
-    if output_file is not None:
-        try:
-            output_file.write_text(report, encoding="utf-8")
-        except OSError as exc:
-            _err(f"cannot write {output_file}: {exc.strerror}")
+    elif out.apply and out.stdin:
+        (result,) = results
+        fix_output = result.new_source if result.changed else (result.old_source or b"")
+    report = "".join(line + "\n" for line in _report_lines(results, jobs_list, out, unsafe, path_errors))
+    report_stream = sys.stdout
+    if fix_output is not None:
+        if out.diff and out.output_file is not None:
+            if not _write_file(out.output_file, fix_output):
+                return 2
+        elif out.diff and machine:
+            if fix_output and not out.quiet:
+                _err(f"the diff is not printed: stdout carries the {out.output_format.value} report (write the diff with -O FILE)")
+        else:
+            write_diff(fix_output) if out.diff else _write_stdout_bytes(fix_output)
+            report_stream = sys.stderr
+    if out.output_file is not None and not out.diff:
+        if not _write_file(out.output_file, report.encode("utf-8")):
             return 2
     else:
-        # With --diff, stdout carries only the patch; the report goes to stderr.
-        stream = sys.stderr if diff else sys.stdout
-        stream.write(report)
-        stream.flush()
-        if output_format is OutputFormat.text and use_color(stream):
-            print_summary_table(results, stream)
+        report_stream.write(report)
+        report_stream.flush()
+        if not (machine or out.quiet or out.statistics) and use_color(report_stream):
+            print_summary_table(results, report_stream, out.mode)
     if any(r.error for r in results):
         return 2
     remaining = any(not o.applied for r in results for o in r.findings)
-    if diff:
+    if out.diff:
         return 1 if remaining or any(r.changed for r in results) or any(r.findings for r in results) else 0
     return 1 if remaining else 0
 
 
+def _report_lines(
+    results: list[FileResult], jobs_list: list[Job], out: OutputChoices, unsafe: bool, path_errors: int
+) -> list[str]:
+    if out.statistics and out.output_format is OutputFormat.json:
+        return statistics_report(results, unsafe, as_json=True)
+    if out.output_format is OutputFormat.text:
+        if out.statistics:
+            lines = statistics_report(results, unsafe)
+        else:
+            lines = text_report(results, unsafe, out.mode, out.show_fixes)
+        return lines if out.quiet else lines + [summary(results, unsafe, out.mode, path_errors)]
+    if out.output_format is OutputFormat.json:
+        return [json_report(results, applied_mode=out.apply)]
+    if out.output_format is OutputFormat.sarif:
+        from gradfix.sarif import sarif_report
+
+        return [sarif_report(results, {j.display: j.settings for j in jobs_list})]
+    from gradfix.sarif import github_report
+
+    return github_report(results)
+
+
+def _write_file(path: Path, data: bytes) -> bool:
+    try:
+        path.write_bytes(data)
+    except OSError as exc:
+        _err(f"cannot write {path}: {exc.strerror}")
+        return False
+    return True
+
+
+def _write_stdout_bytes(data: bytes) -> None:
+    sys.stdout.flush()
+    getattr(sys.stdout, "buffer", sys.stdout).write(data)
+    sys.stdout.flush()
+
+
+class RulesFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+def rules_as_json() -> str:
+    """Every rule as the JSON of ``gradfix rules --format json``."""
+    from gradfix.rules import all_rules
+
+    rows = [
+        {
+            "code": r.code,
+            "name": r.name,
+            "summary": r.summary,
+            "fix": r.fix_safety.value if r.fix_safety else None,
+            "fix_title": r.fix_title,
+            "default_enabled": r.default_enabled,
+            "options": [{"name": o.name, "choices": list(o.choices), "default": o.default, "help": o.help} for o in r.options],
+        }
+        for r in all_rules()
+    ]
+    return json.dumps(rows, indent=2)
+
+
 @app.command("rules")
-def rules_command() -> None:
+def rules_command(
+    output_format: RulesFormat = typer.Option(RulesFormat.text, "--format", help="text (a table) or json."),
+    color: ColorChoice = COLOR_OPTION,
+) -> None:
     """List every rule: code, name, fix safety, on by default."""
     from gradfix.rules import all_rules
 
+    _set_color(color)
+    if output_format is RulesFormat.json:
+        print(rules_as_json())
+        return
     rows = [
         (r.code, r.name, r.fix_safety.value if r.fix_safety else "none", "yes" if r.default_enabled else "no", r.summary)
         for r in all_rules()
     ]
     if use_color(sys.stdout):
-        from rich.console import Console
-        from rich.table import Table
+        from rich.table import Column, Table
 
-        from rich.table import Column
+        from gradfix.report import console_for
 
         # Codes and names are what users type: never cut them; the summary wraps.
         table = Table(
@@ -345,34 +562,41 @@ def rules_command() -> None:
         )
         for row in rows:
             table.add_row(*row)
-        Console().print(table)
+        console_for(sys.stdout).print(table)
         return
     print("code\tname\tfix\tdefault\tsummary")
     for row in rows:
         print("\t".join(row))
 
 
-@app.command("explain")
-def explain_command(code: str = typer.Argument(..., help="A rule code, e.g. GF202.")) -> None:
-    """Show a rule's documentation (rendered on a terminal, plain Markdown when piped)."""
-    from gradfix.rules import rule_by_code
+def find_rule(code_or_name: str):
+    """The rule with this code (any case) or name (``context-manager-not-called``), or None."""
+    from gradfix.rules import all_rules
 
-    rule = rule_by_code(code)
+    wanted = code_or_name.strip().lower().replace("_", "-")
+    return next((r for r in all_rules() if wanted in (r.code.lower(), r.name)), None)
+
+
+@app.command("explain")
+def explain_command(
+    code: str = typer.Argument(..., metavar="RULE", help="A rule code or name, e.g. GF202 or nested-toggle-hack."),
+    color: ColorChoice = COLOR_OPTION,
+) -> None:
+    """Show a rule's documentation (rendered on a terminal, plain Markdown when piped)."""
+    from gradfix.explain import explain_text
+
+    _set_color(color)
+    rule = find_rule(code)
     if rule is None:
         _err(f"unknown rule {code!r} (see `gradfix rules`)")
         raise typer.Exit(2)
-    safety = rule.fix_safety.value if rule.fix_safety else "none (diagnostic only)"
-    options = "".join(f"\n- `{o.name}`: {' | '.join(o.choices)} (default `{o.default}`) {o.help}" for o in rule.options)
-    text = (
-        f"# {rule.code} {rule.name}\n\n{rule.summary}.\n\nFix: {safety}. "
-        f"On by default: {'yes' if rule.default_enabled else 'no'}.\n\n{rule.doc()}\n"
-        + (f"\n## Options\n{options}\n" if options else "")
-    )
+    text = explain_text(rule)
     if use_color(sys.stdout):
-        from rich.console import Console
         from rich.markdown import Markdown
 
-        Console().print(Markdown(text))
+        from gradfix.report import console_for
+
+        console_for(sys.stdout).print(Markdown(text))
     else:
         print(text, end="")
 
@@ -407,7 +631,7 @@ COMMANDS = {"check", "rules", "explain", "verify", "version"}
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] == "--version":
+    if args and args[0] in ("--version", "-V"):
         args = ["version"]
     elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
         args = ["check", *args]

@@ -35,8 +35,8 @@ else:  # pragma: no cover
 KNOWN_KEYS = {"select", "ignore", "extend-select", "per-file-ignores", "unsafe-fixes", "exclude", "rules"}
 
 
-class ConfigError(Exception):
-    pass
+class ConfigError(ValueError):
+    """A bad setting: in pyproject.toml, on the command line, or in ``Settings(...)``."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 from gradfix.facts import build_facts
 from gradfix.fixer import FixContext, FixRun, apply_fixes
+from gradfix.hints import syntax_hint, unknown_suppression_codes
 from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
 from gradfix.rule import Rule
 from gradfix.rules import all_rules
@@ -71,7 +72,8 @@ def parse(source: bytes | str, path: str) -> ast.Module:
     try:
         return ast.parse(source, filename=path)
     except SyntaxError as exc:
-        raise SourceError(f"syntax error: {exc.msg}", exc.lineno or 1, exc.offset or 1) from None
+        hint = syntax_hint(source, exc.lineno)
+        raise SourceError(f"syntax error: {exc.msg}{hint}", exc.lineno or 1, exc.offset or 1) from None
     except ValueError as exc:  # e.g. null bytes
         raise SourceError(f"syntax error: {exc}") from None
     except (RecursionError, MemoryError):  # CPython's parser on very deep nesting
@@ -214,6 +216,7 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         result.error, result.error_kind = f"{exc.line}:{exc.col}: {exc.message}", "syntax"
         return result
     result.findings = [FixOutcome(f) for f in findings]
+    result.notes.extend(unknown_suppression_codes(source, tuple(r.code for r in all_rules())))
     if want_fixes:
         stable = fix_until_stable(source, findings, job.settings, job.display)
         result.notes.extend(stable.notes)

@@ -16,7 +16,9 @@ class FixSafety(str, enum.Enum):
 
 @dataclass(frozen=True, order=True)
 class Span:
-    """A source range: 1-based lines, 0-based character columns (output adds 1)."""
+    """A source range: 1-based lines, 0-based character columns, as Python's ``ast`` counts
+    them. Every output (text, JSON, SARIF, github, the language server) shows 1-based columns:
+    ``col + 1``."""
 
     line: int
     col: int
@@ -52,13 +54,42 @@ class Finding:
 
 @dataclass(frozen=True)
 class Settings:
-    """What to check and fix. ``select``/``ignore`` hold codes or prefixes."""
+    """What to check and fix. ``select``/``ignore``/``extend_select`` hold codes or prefixes
+    (``"ALL"``: every rule, off-by-default ones included); ``rule_options`` maps a code to its
+    options (``{"GF202": {"style": "block"}}``).
+
+    Validated like the command line and pyproject.toml: an unknown code, a string where a
+    sequence of codes belongs, or a bad option value raises
+    :class:`gradfix.config.ConfigError` (a ``ValueError``).
+    """
 
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
     extend_select: tuple[str, ...] = ()
     unsafe_fixes: bool = False
     rule_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        defaults = (self.select, self.ignore, self.extend_select, self.rule_options) == ((), (), (), {})
+        if defaults and isinstance(self.unsafe_fixes, bool):
+            return  # nothing to validate: `Settings()` need not import the rules
+        from gradfix import config
+        from gradfix.config import ConfigError, validate_codes, validate_rule_options
+
+        every = tuple(r.code for r in config.all_rules())
+        for name in ("select", "ignore", "extend_select"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not isinstance(value, (tuple, list, set, frozenset)):
+                raise ConfigError(
+                    f"Settings({name}=...): expected a tuple of rule codes, e.g. {name}=('GF1',), got {value!r}"
+                )
+            codes = validate_codes(tuple(value), f"Settings({name}=...)")
+            object.__setattr__(self, name, every if "ALL" in codes else codes)
+        if not isinstance(self.unsafe_fixes, bool):
+            raise ConfigError(f"Settings(unsafe_fixes=...): expected True or False, got {self.unsafe_fixes!r}")
+        if not isinstance(self.rule_options, dict):
+            raise ConfigError(f"Settings(rule_options=...): expected a dict of code -> options, got {self.rule_options!r}")
+        object.__setattr__(self, "rule_options", validate_rule_options(self.rule_options, "Settings(rule_options=...)"))
 
     def options_for(self, code: str) -> dict[str, Any]:
         return self.rule_options.get(code, {})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import IO, Sequence
 
@@ -14,8 +15,25 @@ from gradfix.diff import unified_diff
 from gradfix.model import FileResult, FixOutcome, FixSafety
 
 
+#: ``--color``: ``auto`` (a terminal, unless NO_COLOR is set; FORCE_COLOR forces it),
+#: ``always`` or ``never``.
+COLOR_CHOICE = "auto"
+
+
 def use_color(stream: IO) -> bool:
-    return stream.isatty() and not os.environ.get("NO_COLOR")
+    if COLOR_CHOICE != "auto":
+        return COLOR_CHOICE == "always"
+    if os.environ.get("NO_COLOR"):  # https://no-color.org: set and not empty
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty()
+
+
+def console_for(stream: IO, **kwargs) -> Console:
+    """A rich console on ``stream`` that colours exactly when :func:`use_color` says so."""
+    color = use_color(stream)
+    return Console(file=stream, force_terminal=color, no_color=not color, **kwargs)
 
 
 def _marker(outcome: FixOutcome, unsafe_fixes: bool) -> str:
@@ -27,17 +45,20 @@ def _marker(outcome: FixOutcome, unsafe_fixes: bool) -> str:
     return ""
 
 
-def finding_line(path: str, outcome: FixOutcome, unsafe_fixes: bool, prefix: str = "") -> str:
+def finding_line(path: str, outcome: FixOutcome, unsafe_fixes: bool, prefix: str = "", show_fix: bool = False) -> str:
     f = outcome.finding
     if f.cell is not None:
         path = f"{path}:cell {f.cell}"
-    return f"{prefix}{path}:{f.span.line}:{f.span.col + 1}: {f.code}{_marker(outcome, unsafe_fixes)} {f.message}"
+    title = f" (fix: {f.fix_title})" if show_fix and f.fix_title else ""
+    return f"{prefix}{path}:{f.span.line}:{f.span.col + 1}: {f.code}{_marker(outcome, unsafe_fixes)} {f.message}{title}"
 
 
-def text_report(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) -> list[str]:
-    """One line per finding (and per syntax error), sorted by file then line.
+def text_report(results: Sequence[FileResult], unsafe_fixes: bool, mode: str, show_fixes: bool = False) -> list[str]:
+    """One line per finding left (and per syntax error), sorted by file then line.
 
-    ``mode`` is ``check``, ``diff`` or ``apply``; fixed findings are marked in the last two.
+    ``mode`` is ``check``, ``diff`` or ``apply``. The findings that ``--diff`` would fix or
+    ``--apply`` fixed get a line only with ``show_fixes`` (``--show-fixes``), which also names
+    each finding's fix.
     """
     prefix = {"diff": "would fix: ", "apply": "fixed: "}.get(mode, "")
     lines = []
@@ -45,7 +66,9 @@ def text_report(results: Sequence[FileResult], unsafe_fixes: bool, mode: str) ->
         if result.error_kind == "syntax":
             lines.append(f"{result.path}:{result.error}")
         for outcome in result.findings:
-            lines.append(finding_line(result.path, outcome, unsafe_fixes, prefix if outcome.applied else ""))
+            if outcome.applied and not show_fixes:
+                continue
+            lines.append(finding_line(result.path, outcome, unsafe_fixes, prefix if outcome.applied else "", show_fixes))
     return lines
 
 
@@ -79,10 +102,33 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str, missin
     return " ".join(parts)
 
 
+def _error_row(result: FileResult) -> dict:
+    """A file that could not be checked, as a row of the JSON report (``code`` is null)."""
+    where = re.match(r"(\d+):(\d+): (.*)", result.error or "", re.S)
+    line, column, message = (int(where[1]), int(where[2]), where[3]) if where else (1, 1, result.error)
+    return {
+        "path": result.path,
+        "line": line,
+        "column": column,
+        "end_line": line,
+        "end_column": column,
+        "code": None,
+        "name": f"{result.error_kind or 'io'}-error",
+        "message": message,
+        "fix": None,
+    }
+
+
 def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
-    """The stable schema: one array of finding objects; ``applied`` only under --apply."""
+    """The stable schema: one array of finding objects; ``applied`` only under --apply.
+
+    A file that could not be checked (syntax error, unreadable) is a row with ``code`` null
+    and ``name`` ``syntax-error`` / ``io-error`` / ``internal-error``.
+    """
     rows = []
     for result in sorted(results, key=lambda r: r.path):
+        if result.error:
+            rows.append(_error_row(result))
         for outcome in result.findings:
             f = outcome.finding
             cell = {} if f.cell is None else {"cell": f.cell}  # notebooks only: 1-based cell
@@ -123,7 +169,7 @@ def write_diff(patch: bytes, stream=None) -> None:
         getattr(stream, "buffer", stream).write(patch)
         stream.flush()
         return
-    print_diff(Console(file=stream, highlight=False, soft_wrap=True), patch)
+    print_diff(console_for(stream, highlight=False, soft_wrap=True), patch)
 
 
 def print_diff(console: Console, patch: bytes) -> None:
@@ -154,17 +200,39 @@ def rule_counts(results: Sequence[FileResult]) -> list[tuple[str, str, int, int,
     return [(code, name, n, fixed, n - fixed) for code, (name, n, fixed) in sorted(counts.items())]
 
 
-def print_summary_table(results: Sequence[FileResult], stream) -> None:
-    """The closing table (rule, findings, fixed, left), for terminals only."""
+def statistics_report(results: Sequence[FileResult], unsafe_fixes: bool, as_json: bool = False) -> list[str]:
+    """``--statistics``: the findings left, counted per rule (``[*]``: some have a fix to apply)."""
+    rows = []
+    for result in results:
+        for outcome in result.findings:
+            if not outcome.applied:
+                rows.append(outcome)
+    counts: dict[str, list] = {}
+    for outcome in rows:
+        f = outcome.finding
+        entry = counts.setdefault(f.code, [f.name, 0, 0])
+        entry[1] += 1
+        entry[2] += bool(_marker(outcome, unsafe_fixes) == " [*]")
+    ordered = sorted(counts.items(), key=lambda item: (-item[1][1], item[0]))
+    if as_json:
+        table = [{"code": c, "name": n, "count": k, "fixable": fixable} for c, (n, k, fixable) in ordered]
+        return [json.dumps(table, indent=2)]
+    width = max((len(str(k)) for _, (_, k, _) in ordered), default=1)
+    return [f"{k:>{width}}\t{c}\t{'[*] ' if fixable else ''}{n}" for c, (n, k, fixable) in ordered]
+
+
+def print_summary_table(results: Sequence[FileResult], stream, mode: str = "apply") -> None:
+    """The closing table (rule, findings, fixed or would fix, left), for terminals only."""
     rows = rule_counts(results)
     if not rows:
         return
     from rich.table import Table
 
-    table = Table("rule", "name", "findings", "fixed", "left")
+    fixed_header = "would fix" if mode == "diff" else "fixed"
+    table = Table("rule", "name", "findings", fixed_header, "left")
     for code, name, n, fixed, left in rows:
         table.add_row(code, name, str(n), str(fixed), str(left))
-    Console(file=stream).print(table)
+    console_for(stream).print(table)
 
 
 def as_on_disk(results: Sequence[FileResult]) -> list[FileResult]:

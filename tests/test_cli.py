@@ -96,7 +96,11 @@ def test_apply_exits_0_when_everything_was_fixed(tree):
     result = run("--select", "GF101", "--apply", "bad.py")
     assert result.exit_code == 0, result.output
     assert (tree / "bad.py").read_text() == FIXED
-    assert "fixed: bad.py:5:10: GF101" in result.stdout
+    # One summary; the per-fix lines only with --show-fixes.
+    assert result.stdout == "Fixed 1 finding in 1 file; 0 remaining.\n"
+    write(tree / "bad.py", BUGGY)
+    result = run("--select", "GF101", "--apply", "--show-fixes", "bad.py")
+    assert "fixed: bad.py:5:10: GF101 [*]" in result.stdout and "(fix: Call the context manager" in result.stdout
     again = run("--select", "GF101", "--apply", "bad.py")
     assert again.exit_code == 0 and (tree / "bad.py").read_text() == FIXED
 
@@ -151,8 +155,8 @@ def test_diff_writes_nothing_and_exits_1(tree):
     assert result.stdout.startswith("--- a/bad.py\n+++ b/bad.py\n@@ ")
     assert "-    with torch.no_grad:\n+    with torch.no_grad():\n" in result.stdout
     assert "\x1b[" not in result.stdout  # plain when not a terminal
-    # The report goes to stderr so stdout stays a clean patch.
-    assert "bad.py:5:10" in result.stderr
+    # The report goes to stderr so stdout stays a clean patch: one summary, no per-fix line.
+    assert result.stderr == "Would fix 1 finding in 1 file; 0 remaining.\n"
 
 
 def test_diff_on_clean_tree_exits_0_and_prints_no_patch(tree):

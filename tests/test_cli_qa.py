@@ -29,12 +29,14 @@ def run_cli(args, capsys, cwd: Path, monkeypatch):
     return exit_info.value.code, out, err
 
 
-def test_json_output_says_on_stderr_why_a_file_was_not_checked(tmp_path, capsys, monkeypatch):
+def test_json_output_carries_the_file_that_was_not_checked(tmp_path, capsys, monkeypatch):
     (tmp_path / "py2.py").write_text('print "hello"\n')
     (tmp_path / "good.py").write_text(GF101)
     code, out, err = run_cli(["--format", "json", "."], capsys, tmp_path, monkeypatch)
     assert code == 2
-    assert [row["code"] for row in json.loads(out)] == ["GF101"]  # stdout stays pure json
+    rows = json.loads(out)  # stdout stays pure json, with a row for the file that does not parse
+    assert [(row["path"], row["code"]) for row in rows] == [("good.py", "GF101"), ("py2.py", None)]
+    assert rows[1]["name"] == "syntax-error" and rows[1]["line"] == 1 and "syntax error" in rows[1]["message"]
     assert "py2.py:1:" in err and "syntax error" in err and "Traceback" not in err
 
 

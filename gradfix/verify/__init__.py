@@ -52,6 +52,8 @@ def run(paths: list[Path], device: str = "cpu", output_format: str = "text", job
     except RuntimeError as exc:
         print(f"gradfix: {exc}", file=sys.stderr)
         return 2
+    if device == "all" and "cuda" not in devices:
+        print("gradfix: --device all: CUDA is not available on this machine (torch.cuda.is_available() is False); verifying on CPU only", file=sys.stderr)
     cases = verify(scenarios, devices, jobs=jobs)
     if output_format == "json":
         print(to_json(cases))
