@@ -569,21 +569,13 @@ def rules_command(
         print("\t".join(row))
 
 
-def find_rule(code_or_name: str):
-    """The rule with this code (any case) or name (``context-manager-not-called``), or None."""
-    from gradfix.rules import all_rules
-
-    wanted = code_or_name.strip().lower().replace("_", "-")
-    return next((r for r in all_rules() if wanted in (r.code.lower(), r.name)), None)
-
-
 @app.command("explain")
 def explain_command(
     code: str = typer.Argument(..., metavar="RULE", help="A rule code or name, e.g. GF202 or nested-toggle-hack."),
     color: ColorChoice = COLOR_OPTION,
 ) -> None:
     """Show a rule's documentation (rendered on a terminal, plain Markdown when piped)."""
-    from gradfix.explain import explain_text
+    from gradfix.explain import explain_text, find_rule
 
     _set_color(color)
     rule = find_rule(code)
@@ -620,13 +612,26 @@ def verify_command(
     raise typer.Exit(verify.run(list(paths or []), device=device, output_format=output_format, jobs=jobs))
 
 
+@app.command("server")
+def server_command() -> None:
+    """Run the language server over stdio, for editors (needs gradfix[lsp])."""
+    try:
+        import pygls  # noqa: F401
+    except ImportError:
+        _err("gradfix server needs pygls: pip install 'gradfix[lsp]'")
+        raise typer.Exit(2)
+    from gradfix.server import serve
+
+    serve()
+
+
 @app.command("version")
 def version_command() -> None:
     """Print the version."""
     print(f"gradfix {__version__}")
 
 
-COMMANDS = {"check", "rules", "explain", "verify", "version"}
+COMMANDS = {"check", "rules", "explain", "verify", "server", "version"}
 
 
 def main(argv: list[str] | None = None) -> None:

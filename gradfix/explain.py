@@ -20,6 +20,14 @@ ARTICLE = (
 _TEST_PATH = re.compile(r"`?(tests/[\w/.-]+\.py)`?")
 
 
+def find_rule(code_or_name: str) -> type[Rule] | None:
+    """The rule with this code (any case) or name (``context-manager-not-called``), or None."""
+    from gradfix.rules import all_rules
+
+    wanted = code_or_name.strip().lower().replace("_", "-")
+    return next((r for r in all_rules() if wanted in (r.code.lower(), r.name)), None)
+
+
 def explain_text(rule: type[Rule]) -> str:
     safety = rule.fix_safety.value if rule.fix_safety else "none (diagnostic only)"
     fix = f"Fix: {safety}" + (f" ({rule.fix_title})" if rule.fix_title else "")
