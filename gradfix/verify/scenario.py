@@ -87,9 +87,12 @@ def read_scenario(path: Path) -> Scenario | None:
 
 
 def shipped_fixtures() -> Path | None:
-    """The repository's ``fixtures/`` folder: next to the ``gradfix`` package (a checkout or an
-    editable install), else ``./fixtures`` (a checkout after ``pip install .``)."""
-    for candidate in (Path(__file__).resolve().parent.parent.parent / "fixtures", Path.cwd() / "fixtures"):
+    """The verification scenarios: the package data ``gradfix/fixtures`` of an installed
+    gradfix (setup.py ships the repository's ``fixtures/`` there), else ``fixtures/`` beside
+    the ``gradfix`` package (a checkout or an editable install). Never the current folder:
+    ``gradfix verify`` means the same scenarios wherever it is run."""
+    package = Path(__file__).resolve().parent.parent
+    for candidate in (package / "fixtures", package.parent / "fixtures"):
         if candidate.is_dir():
             return candidate
     return None
