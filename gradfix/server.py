@@ -15,7 +15,9 @@ What an editor gets:
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import tokenize
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -98,6 +100,8 @@ class GradfixServer(LanguageServer):
                 analysis.findings = check(analysis.source, analysis.path, analysis.settings)
             except SourceError as exc:
                 analysis.error = exc
+            except Exception as exc:  # a bug in gradfix: this buffer says so, the server goes on
+                analysis.error = SourceError(f"internal error: {type(exc).__name__}: {exc}")
         self.analyses[uri] = analysis
         self.publish(analysis)
 
@@ -170,13 +174,16 @@ class GradfixServer(LanguageServer):
         key = (finding.code, finding.span)
         if key not in analysis.fixes:
             settings = replace(analysis.settings, unsafe_fixes=True)
-            run = fix_findings(analysis.source.encode("utf-8"), [finding], settings, analysis.path)
-            analysis.fixes[key] = None if run is None else run.source.decode("utf-8")
+            source, encoding = _encoded(analysis.source)
+            run = fix_findings(source, [finding], settings, analysis.path)
+            analysis.fixes[key] = None if run is None else run.source.decode(encoding)
         return analysis.fixes[key]
 
     def fix_all_safe(self, analysis: Analysis) -> str:
         if "all" not in analysis.fixes:
-            analysis.fixes["all"] = fix(analysis.source, analysis.path, replace(analysis.settings, unsafe_fixes=False))
+            source, encoding = _encoded(analysis.source)
+            new = fix(source, analysis.path, replace(analysis.settings, unsafe_fixes=False))
+            analysis.fixes["all"] = new.decode(encoding)
         return analysis.fixes["all"]
 
     def notebook_fix_all_safe(self, notebook_uri: str) -> dict[str, str]:
@@ -201,6 +208,16 @@ class GradfixServer(LanguageServer):
             for (cell, doc), new in zip(cells, new_cells)
             if cell.kind == types.NotebookCellKind.Code and new.source != doc.source
         }
+
+
+def _encoded(text: str) -> tuple[bytes, str]:
+    """The buffer as the bytes of its file: in the encoding its coding line declares (PEP 263),
+    which is how the fixer reads a file."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(text.encode("utf-8", "surrogatepass")).readline)
+        return text.encode(encoding), encoding
+    except (SyntaxError, LookupError, UnicodeError):
+        return text.encode("utf-8", "surrogatepass"), "utf-8"
 
 
 def _ipynb(path: str) -> str:

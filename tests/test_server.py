@@ -215,3 +215,19 @@ async def test_notebook_cells_are_checked_together(client: LanguageClient, tmp_p
     )
     (fix_all,) = result
     assert _apply(texts[2], fix_all.edit.changes[cell_uris[2]]) == "with torch.no_grad():\n    y = torch.ones(1) * 2\n"
+
+
+@pytest.mark.asyncio
+async def test_quick_fix_on_a_line_with_non_ascii_text_of_a_latin1_file(client: LanguageClient, tmp_path: Path):
+    # The fixer reads the buffer as its file's bytes: encoded as the coding line says, or the
+    # columns after "é" would be off by one and the fix skipped.
+    text = (
+        "# -*- coding: latin-1 -*-\nimport torch\n\n\ndef f(crit, out, t):\n"
+        "    loss = crit(out, t)\n    print(\"é\", loss.data[0])\n"
+    )
+    path = tmp_path / "legacy.py"
+    (diagnostic,) = await _open(client, path, text)
+    assert diagnostic.code == "GF403"
+    (quick,) = [a for a in await _actions(client, path, diagnostic.range) if a.kind == types.CodeActionKind.QuickFix]
+    (edit,) = quick.edit.changes[_uri(path)]
+    assert _apply(text, [edit]) == text.replace("loss.data[0]", "loss.item()")
