@@ -280,3 +280,12 @@ def test_color_flag_and_environment(tmp_path, args, env, coloured):
     assert proc.returncode == 1
     assert ("\x1b[" in proc.stdout) is coloured
     assert "+    with torch.no_grad():" in proc.stdout.replace("\x1b[0m", "").replace("\x1b[32m", "")
+
+
+def test_terminal_table_under_diff_says_would_fix(tmp_path):
+    (tmp_path / "a.py").write_text(BUGGY)
+    proc = gradfix("--diff", "--select", "GF101", "--color", "always", "a.py", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "would fix" in proc.stderr and "fixed" not in proc.stderr.replace("Would fix", "")
+    applied = gradfix("--apply", "--select", "GF101", "--color", "always", "a.py", cwd=tmp_path)
+    assert "fixed" in applied.stdout and "would fix" not in applied.stdout
