@@ -289,3 +289,9 @@ def test_terminal_table_under_diff_says_would_fix(tmp_path):
     assert "would fix" in proc.stderr and "fixed" not in proc.stderr.replace("Would fix", "")
     applied = gradfix("--apply", "--select", "GF101", "--color", "always", "a.py", cwd=tmp_path)
     assert "fixed" in applied.stdout and "would fix" not in applied.stdout
+
+
+def test_server_without_pygls_says_which_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pygls", None)  # `import pygls` now raises ImportError
+    result = CliRunner().invoke(app, ["server"])
+    assert result.exit_code == 2 and "pip install 'gradfix[lsp]'" in result.stderr
