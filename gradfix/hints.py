@@ -41,6 +41,8 @@ def unknown_suppression_codes(source: bytes | str, known: tuple[str, ...]) -> li
             match = pattern.search(line)
             if match is None:
                 continue
+            if not match["codes"].strip():
+                notes.append(f"line {number}: `{match[0].strip()}` names no rule code: it suppresses nothing")
             for code in filter(None, re.split(r"[\s,]+", match["codes"].strip().upper())):
                 if ours(code) and not any(k.startswith(code) for k in known):
                     notes.append(f"line {number}: unknown rule code {code} in `{match[0].strip()}`: it suppresses nothing")

@@ -209,12 +209,15 @@ def test_extend_select_that_enables_nothing_warns(tree):
 
 
 def test_unknown_code_in_a_suppression_comment_warns(tree):
-    (tree / "a.py").write_text("x = 1  # gradfix: ignore[GF999]\ny = 2  # noqa: E501, GF998\nz = 3  # noqa: GF101\n")
+    (tree / "a.py").write_text(
+        "x = 1  # gradfix: ignore[GF999]\ny = 2  # noqa: E501, GF998\nz = 3  # noqa: GF101\nw = 4  # gradfix: ignore[]\n"
+    )
     result = run("a.py")
     assert result.exit_code == 0
-    warnings = [line for line in result.stderr.splitlines() if "unknown rule code" in line]
-    assert len(warnings) == 2
+    warnings = [line for line in result.stderr.splitlines() if "suppresses nothing" in line]
+    assert len(warnings) == 3
     assert "a.py: line 1: unknown rule code GF999" in warnings[0] and "line 2: unknown rule code GF998" in warnings[1]
+    assert "line 4: `# gradfix: ignore[]` names no rule code" in warnings[2]
 
 
 def test_async_keyword_argument_gets_a_hint(tree):
