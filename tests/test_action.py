@@ -75,7 +75,7 @@ class Runner:
             assert step["shell"] == "bash"
             output_file = self.workspace / ".github_output"
             output_file.write_text("")
-            env = {**os.environ, **pip_env, "GITHUB_OUTPUT": str(output_file)}
+            env = {**os.environ, **pip_env, "GITHUB_OUTPUT": str(output_file), "PIP_TARGET": str(self.workspace / ".pip-target")}
             env.pop("NO_COLOR", None)
             env.update({k: self.fill(str(v)) for k, v in step.get("env", {}).items()})
             proc = subprocess.run(
@@ -91,6 +91,7 @@ class Runner:
 
 
 # pip, offline and without installing anything: the install step is still run for real.
+# PIP_TARGET too, so that even a pip that ignored --dry-run could never touch this environment.
 DRY_PIP = {"PIP_DRY_RUN": "1", "PIP_NO_DEPS": "1", "PIP_NO_INDEX": "1", "PIP_NO_BUILD_ISOLATION": "0"}
 
 
