@@ -186,9 +186,10 @@ class GradfixServer(LanguageServer):
             analysis.fixes["all"] = new.decode(encoding)
         return analysis.fixes["all"]
 
-    def notebook_fix_all_safe(self, notebook_uri: str) -> dict[str, str]:
-        """New text of each cell that the notebook's safe fixes change, by cell URI."""
-        from gradfix.notebook import read_cells
+    def notebook_fixed_cells(self, notebook_uri: str, target: Finding | None = None) -> dict[str, str]:
+        """New text of each cell that the notebook's safe fixes change (``target`` None), or
+        that the fix of the one finding ``target`` changes (unsafe too), by cell URI."""
+        from gradfix.notebook import process_notebook, read_cells
 
         notebook = self.workspace.get_notebook_document(notebook_uri=notebook_uri)
         if notebook is None:
@@ -198,8 +199,21 @@ class GradfixServer(LanguageServer):
         if settings is None:
             return {}
         cells = [(cell, self.workspace.get_text_document(cell.document)) for cell in notebook.cells]
-        job = Job(_ipynb(path), replace(settings, unsafe_fixes=False), path)
-        result = process_source(_notebook_json(cells), job, want_fixes=True)
+        raw = _notebook_json(cells)
+        if target is None:
+            result = process_source(raw, Job(_ipynb(path), replace(settings, unsafe_fixes=False), path), want_fixes=True)
+        else:
+            settings = replace(settings, unsafe_fixes=True)
+            found = process_source(raw, Job(_ipynb(path), settings, path), want_fixes=False).findings
+            chosen = next((i for i, o in enumerate(found) if o.finding == target), None)
+            if chosen is None:
+                return {}
+
+            def fix_chosen(text: str, findings: list[Finding]):  # the same findings, in the same order
+                only = [f if i == chosen else None for i, f in enumerate(findings)]
+                return fix_findings(text.encode("utf-8"), only, settings, path)
+
+            result = process_notebook(raw, path, lambda text: check(text, path, settings), fix_chosen, want_fixes=True)
         if not result.changed:
             return {}
         new_cells = read_cells(result.new_source.decode("utf-8"))
@@ -349,22 +363,26 @@ def code_action(ls: GradfixServer, params: types.CodeActionParams) -> list[types
     only = params.context.only
     actions: list[types.CodeAction] = []
     fixable = [f for f in analysis.findings if f.fix is not None]
-    if analysis.notebook_uri is not None:  # a cell: the notebook's fixes are one edit of its cells
-        if fixable and _wanted(only, FIX_ALL_KIND):
-            changes = ls.notebook_fix_all_safe(analysis.notebook_uri)
-            if changes:
-                edits = {
-                    cell_uri: [text_edit(ls.workspace.get_text_document(cell_uri).source, text, codec)]
-                    for cell_uri, text in changes.items()
-                }
-                actions.append(types.CodeAction("gradfix: fix all safe", kind=FIX_ALL_KIND, edit=types.WorkspaceEdit(changes=edits)))
-        return actions
+    notebook_uri = analysis.notebook_uri  # a cell: a fix is an edit of the notebook's cells
+
+    def edit_of(new_cells: dict[str, str]) -> types.WorkspaceEdit:
+        return types.WorkspaceEdit(
+            changes={
+                cell_uri: [text_edit(ls.workspace.get_text_document(cell_uri).source, text, codec)]
+                for cell_uri, text in new_cells.items()
+            }
+        )
+
     if _wanted(only, types.CodeActionKind.QuickFix):
         for finding in fixable:
             if not _overlaps(finding, params.range, lines, codec):
                 continue
-            new = ls.fixed_source(analysis, finding)
-            if new is None or new == analysis.source:
+            if notebook_uri is not None:
+                changed = ls.notebook_fixed_cells(notebook_uri, finding)
+            else:
+                new = ls.fixed_source(analysis, finding)
+                changed = {uri: new} if new is not None and new != analysis.source else {}
+            if not changed:
                 continue
             title = f"{finding.code}: {finding.fix_title or 'apply the fix'}"
             if finding.fix is FixSafety.UNSAFE:
@@ -375,14 +393,17 @@ def code_action(ls: GradfixServer, params: types.CodeActionParams) -> list[types
                     kind=types.CodeActionKind.QuickFix,
                     diagnostics=[to_diagnostic(finding, lines, codec)],
                     is_preferred=finding.fix is FixSafety.SAFE,
-                    edit=types.WorkspaceEdit(changes={uri: [text_edit(analysis.source, new, codec)]}),
+                    edit=edit_of(changed),
                 )
             )
     if any(f.fix is FixSafety.SAFE for f in fixable) and _wanted(only, FIX_ALL_KIND):
-        new = ls.fix_all_safe(analysis)
-        if new != analysis.source:
-            edit = types.WorkspaceEdit(changes={uri: [text_edit(analysis.source, new, codec)]})
-            actions.append(types.CodeAction("gradfix: fix all safe", kind=FIX_ALL_KIND, edit=edit))
+        if notebook_uri is not None:
+            changed = ls.notebook_fixed_cells(notebook_uri)
+        else:
+            new = ls.fix_all_safe(analysis)
+            changed = {uri: new} if new != analysis.source else {}
+        if changed:
+            actions.append(types.CodeAction("gradfix: fix all safe", kind=FIX_ALL_KIND, edit=edit_of(changed)))
     return actions
 
 

@@ -186,7 +186,11 @@ async def test_a_burst_of_edits_on_a_large_file_is_checked_once_and_requests_sti
 @pytest.mark.asyncio
 async def test_notebook_cells_are_checked_together(client: LanguageClient, tmp_path: Path):
     notebook_uri = _uri(tmp_path / "nb.ipynb")
-    texts = ["import torch\n", "# notes", "with torch.no_grad:\n    y = torch.ones(1) * 2\n"]
+    texts = [
+        "import torch\nwith torch.enable_grad:\n    z = torch.ones(1) * 3\n",
+        "# notes",
+        "with torch.no_grad:\n    y = torch.ones(1) * 2\n",
+    ]
     kinds = [types.NotebookCellKind.Code, types.NotebookCellKind.Markup, types.NotebookCellKind.Code]
     cell_uris = [f"{notebook_uri}#cell{i}" for i in range(3)]
     client.notebook_document_did_open(
@@ -207,14 +211,24 @@ async def test_notebook_cells_are_checked_together(client: LanguageClient, tmp_p
         await client.wait_for_notification(DIAGNOSTICS)
     (diagnostic,) = client.diagnostics[cell_uris[2]]  # the import in cell 1 counts in cell 3
     assert diagnostic.code == "GF101" and diagnostic.range.start.line == 0
-    assert list(client.diagnostics[cell_uris[0]]) == []
+    assert [(d.code, d.range.start.line) for d in client.diagnostics[cell_uris[0]]] == [("GF101", 1)]
     result = await client.text_document_code_action_async(
         types.CodeActionParams(
             types.TextDocumentIdentifier(cell_uris[2]), _whole(texts[2]), types.CodeActionContext(diagnostics=[], only=["source.fixAll"])
         )
     )
     (fix_all,) = result
-    assert _apply(texts[2], fix_all.edit.changes[cell_uris[2]]) == "with torch.no_grad():\n    y = torch.ones(1) * 2\n"
+    fixed = "with torch.no_grad():\n    y = torch.ones(1) * 2\n"
+    assert _apply(texts[2], fix_all.edit.changes[cell_uris[2]]) == fixed
+    assert "enable_grad():" in _apply(texts[0], fix_all.edit.changes[cell_uris[0]])  # every cell
+    result = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            types.TextDocumentIdentifier(cell_uris[2]), diagnostic.range, types.CodeActionContext(diagnostics=[diagnostic])
+        )
+    )
+    (quick,) = [a for a in result if a.kind == types.CodeActionKind.QuickFix]
+    assert quick.title.startswith("GF101:") and list(quick.edit.changes) == [cell_uris[2]]  # this finding only
+    assert _apply(texts[2], quick.edit.changes[cell_uris[2]]) == fixed
 
 
 @pytest.mark.asyncio
