@@ -69,6 +69,7 @@ class GradfixServer(LanguageServer):
         self.analyses: dict[str, Analysis] = {}
         self._pending: dict[str, asyncio.Task] = {}
         self._config_errors: set[str] = set()
+        self._notebook_fixes: dict[tuple, dict[str, str]] = {}
 
     # -- settings -----------------------------------------------------------------------------
     def settings_for(self, path: str | None) -> Settings | None:
@@ -84,6 +85,12 @@ class GradfixServer(LanguageServer):
                 self._config_errors.add(str(exc))
                 self.window_show_message(types.ShowMessageParams(types.MessageType.Error, f"gradfix: {exc}"))
             return None
+
+    def forget_config(self) -> None:
+        """pyproject.toml may have changed since the last open/save: read it again."""
+        config_for_dir.cache_clear()
+        load_pyproject.cache_clear()
+        self._notebook_fixes.clear()
 
     # -- checking ------------------------------------------------------------------------------
     def check_document(self, uri: str) -> None:
@@ -189,12 +196,20 @@ class GradfixServer(LanguageServer):
     def notebook_fixed_cells(self, notebook_uri: str, target: Finding | None = None) -> dict[str, str]:
         """New text of each cell that the notebook's safe fixes change (``target`` None), or
         that the fix of the one finding ``target`` changes (unsafe too), by cell URI."""
-        from gradfix.notebook import process_notebook, read_cells
-
         notebook = self.workspace.get_notebook_document(notebook_uri=notebook_uri)
         if notebook is None:
             return {}
-        path = to_fs_path(notebook_uri) or "untitled.ipynb"
+        key = (notebook_uri, notebook.version, None if target is None else (target.code, target.cell, target.span))
+        if key not in self._notebook_fixes:  # code actions are asked on every cursor move
+            if len(self._notebook_fixes) > 64:
+                self._notebook_fixes.clear()
+            self._notebook_fixes[key] = self._notebook_fixed_cells(notebook, target)
+        return self._notebook_fixes[key]
+
+    def _notebook_fixed_cells(self, notebook: types.NotebookDocument, target: Finding | None) -> dict[str, str]:
+        from gradfix.notebook import process_notebook, read_cells
+
+        path = to_fs_path(notebook.uri) or "untitled.ipynb"
         settings = self.settings_for(path)
         if settings is None:
             return {}
@@ -307,7 +322,7 @@ server = GradfixServer()
 
 @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
 def did_open(ls: GradfixServer, params: types.DidOpenTextDocumentParams) -> None:
-    _forget_config()
+    ls.forget_config()
     ls.check_document(params.text_document.uri)
 
 
@@ -318,7 +333,7 @@ def did_change(ls: GradfixServer, params: types.DidChangeTextDocumentParams) -> 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
 def did_save(ls: GradfixServer, params: types.DidSaveTextDocumentParams) -> None:
-    _forget_config()
+    ls.forget_config()
     ls.check_document(params.text_document.uri)
 
 
@@ -334,7 +349,7 @@ def did_close(ls: GradfixServer, params: types.DidCloseTextDocumentParams) -> No
 
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_OPEN)
 def notebook_did_open(ls: GradfixServer, params: types.DidOpenNotebookDocumentParams) -> None:
-    _forget_config()
+    ls.forget_config()
     ls.check_notebook(params.notebook_document.uri)
 
 
@@ -345,7 +360,7 @@ def notebook_did_change(ls: GradfixServer, params: types.DidChangeNotebookDocume
 
 @server.feature(types.NOTEBOOK_DOCUMENT_DID_SAVE)
 def notebook_did_save(ls: GradfixServer, params: types.DidSaveNotebookDocumentParams) -> None:
-    _forget_config()
+    ls.forget_config()
     ls.check_notebook(params.notebook_document.uri)
 
 
@@ -424,12 +439,6 @@ def hover(ls: GradfixServer, params: types.HoverParams) -> types.Hover | None:
                 content = types.MarkupContent(kind=types.MarkupKind.Markdown, value=explain_text(rule))
                 return types.Hover(contents=content, range=to_diagnostic(finding, lines, codec).range)
     return None
-
-
-def _forget_config() -> None:
-    """pyproject.toml may have changed since the last open/save: read it again."""
-    config_for_dir.cache_clear()
-    load_pyproject.cache_clear()
 
 
 def serve() -> None:
