@@ -245,3 +245,18 @@ async def test_quick_fix_on_a_line_with_non_ascii_text_of_a_latin1_file(client: 
     (quick,) = [a for a in await _actions(client, path, diagnostic.range) if a.kind == types.CodeActionKind.QuickFix]
     (edit,) = quick.edit.changes[_uri(path)]
     assert _apply(text, [edit]) == text.replace("loss.data[0]", "loss.item()")
+
+
+@pytest.mark.asyncio
+async def test_an_edited_pyproject_applies_from_the_next_save(client: LanguageClient, tmp_path: Path):
+    (tmp_path / "pyproject.toml").write_text("[tool.gradfix]\n")
+    path = tmp_path / "m.py"
+    assert [d.code for d in await _open(client, path, BUGGY)] == ["GF101"]
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nignore = ["GF101"]\n')
+    client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(_uri(path))))
+    await client.wait_for_notification(DIAGNOSTICS)
+    assert list(client.diagnostics[_uri(path)]) == []
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nselct = ["GF1"]\n')  # a typo: said once, no crash
+    client.text_document_did_save(types.DidSaveTextDocumentParams(types.TextDocumentIdentifier(_uri(path))))
+    await client.wait_for_notification(types.WINDOW_SHOW_MESSAGE)
+    assert any("unknown key(s) selct" in m.message for m in client.messages)
