@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gradfix.analysis.toggles import toggle_pairs
 from gradfix.facts import FileFacts, dotted_name, literal_bool
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
@@ -591,13 +592,8 @@ def _toggle_hack_statements(facts: FileFacts, toggles: list[_Toggle]) -> set[ast
         if regions and regions[0].disables:
             in_region.setdefault(id(regions[0]), []).append(t)
     excluded: set[ast.stmt] = set()
-    try:  # exactly the pairs GF202 claims (mine below are a superset; this keeps it so)
-        from gradfix.rules.gf202_nested_toggle_hack import toggle_pairs
-    except ImportError:  # pragma: no cover - GF202 absent
-        toggle_pairs = None
-    if toggle_pairs is not None:
-        for pair in toggle_pairs(facts):
-            excluded.update((pair.block[pair.start], pair.block[pair.end]))
+    for pair in toggle_pairs(facts):  # exactly GF202's pairs (mine below are a superset)
+        excluded.update((pair.block[pair.start], pair.block[pair.end]))
     for members in in_region.values():
         members.sort(key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
         seen_true = False

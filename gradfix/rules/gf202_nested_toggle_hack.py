@@ -1,8 +1,4 @@
-"""GF202 nested-toggle-hack.
-
-:func:`toggle_pairs` is public: GF201 (bare global toggles) uses it to leave the pairs that
-this rule claims alone.
-"""
+"""GF202 nested-toggle-hack."""
 
 from __future__ import annotations
 
@@ -11,122 +7,17 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gradfix.analysis.regions import grad_with_regions, is_neutral_statement, trailing_saves
+from gradfix.analysis.statements import alone_on_its_line, comment_lines, torch_reachable
+from gradfix.analysis.toggles import TogglePair, toggle_pairs
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
-from gradfix.rules.gf203_save_in_grad_context import trailing_saves
-from gradfix.rules.gf204_empty_grad_context import grad_with_regions, is_neutral_statement
 
 HELPER_NAME = "_with_grad"
 # Calls that inspect or depend on the calling frame: moving them into a helper changes them.
 _FRAME_CALLS = frozenset({"locals", "vars", "eval", "exec", "super", "dir", "globals", "breakpoint"})
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp)
-
-
-@dataclass
-class TogglePair:
-    """``torch.set_grad_enabled(True)`` … ``torch.set_grad_enabled(False)`` in a disabled ``with``."""
-
-    with_node: ast.With
-    block: list[ast.stmt]  # the statement list holding both toggles
-    start: int  # index of the enabling toggle in block
-    end: int  # index of the disabling toggle
-
-    @property
-    def moved(self) -> list[ast.stmt]:
-        return self.block[self.start + 1 : self.end]
-
-
-# -- finding the pairs ------------------------------------------------------------------------
-def _toggle_value(facts, stmt: ast.stmt):
-    """True/False for a bare ``torch.set_grad_enabled(<literal>)`` statement, else None."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        call = stmt.value
-        if facts.call_qualname(call) == "torch.set_grad_enabled" and len(call.args) + len(call.keywords) == 1:
-            value = call.args[0] if call.args else (call.keywords[0].value if call.keywords[0].arg == "mode" else None)
-            if isinstance(value, ast.Constant) and isinstance(value.value, bool):
-                return value.value
-    return None
-
-
-def _toggle_calls(facts, stmts: list[ast.stmt], region_exprs: set[int]) -> set[int]:
-    """ids of every grad-mode toggle call in ``stmts`` that is not a with-item or decorator."""
-    found = set()
-    for stmt in stmts:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and id(node) not in region_exprs:
-                if facts.call_qualname(node) == "torch.set_grad_enabled" or (
-                    isinstance(node.func, ast.Attribute) and node.func.attr == "_set_grad_enabled"
-                ):
-                    found.add(id(node))
-    return found
-
-
-def _disabled_with(facts, node: ast.AST) -> bool:
-    if not isinstance(node, ast.With):
-        return False
-    regions = grad_with_regions(facts, node)
-    return bool(regions) and regions[-1].called and regions[-1].api is not None and regions[-1].mode == "disabled"
-
-
-def _blocks(body: list[ast.stmt]):
-    """``body`` and the bodies of the ``for``/``while``/``if`` statements in it, recursively.
-
-    Not through ``try`` or another ``with``: an exception they catch would keep running the
-    block with the toggled mode, where the rewrite would not.
-    """
-    yield body
-    for stmt in body:
-        if isinstance(stmt, (ast.For, ast.While, ast.If)):
-            yield from _blocks(stmt.body)
-            yield from _blocks(stmt.orelse)
-
-
-def _escapes(stmts: list[ast.stmt]) -> bool:
-    """Whether ``break``/``continue`` in ``stmts`` leave them (skipping a closing toggle)."""
-    why = _unsafe_to_extract(stmts)
-    return bool(why) and ("break" in why or "continue" in why)
-
-
-def toggle_pairs(facts) -> list[TogglePair]:
-    """Every toggle pair GF202 claims.
-
-    In a grad-disabled ``with``: a bare ``torch.set_grad_enabled(True)`` and the next bare
-    ``torch.set_grad_enabled(False)`` in the same statement list (the with's body or a
-    ``for``/``while``/``if`` body inside it). A ``with`` is claimed only when every toggle in
-    it belongs to such a pair: after any other toggle (a lone ``True``, a computed mode, a
-    toggle in a ``try``) the mode at an enabling toggle is not known to be off. A nested pair
-    must not ``break``/``continue`` past its closing toggle.
-    """
-    cache = facts.__dict__.get("_gf202_pairs")
-    if cache is not None:
-        return cache
-    region_exprs = {id(r.expr) for r in facts.regions}
-    pairs = []
-    for node in facts.withs:
-        if not _disabled_with(facts, node):
-            continue
-        toggles = _toggle_calls(facts, node.body, region_exprs)
-        if not toggles:
-            continue
-        found, claimed, ok = [], set(), True
-        for block in _blocks(node.body):
-            start = None
-            for index, stmt in enumerate(block):
-                value = _toggle_value(facts, stmt)
-                if value is True and start is None:
-                    start = index
-                elif value is False and start is not None:
-                    pair = TogglePair(node, block, start, index)
-                    if block is not node.body and _escapes(pair.moved):
-                        ok = False
-                    found.append(pair)
-                    claimed |= {id(block[start].value), id(stmt.value)}
-                    start = None
-        if ok and found and claimed == toggles:
-            pairs.extend(found)
-    facts.__dict__["_gf202_pairs"] = pairs
-    return pairs
 
 
 # -- names read and bound by the moved statements ------------------------------------------------
@@ -365,16 +256,6 @@ def _plan_extraction(facts, pair: TogglePair) -> _Extraction:
     return _Extraction(tuple(params), tuple(returns))
 
 
-def _torch_alias_usable(facts, at: ast.AST) -> bool:
-    """Whether the name ``ctx.torch_name()`` will write means the torch module at ``at``."""
-    for stmt in facts.tree.body:
-        if isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                if alias.name == "torch":
-                    return facts.resolve_name(alias.asname or "torch", at) == "torch"
-    return all("torch" not in s.imports and "torch" not in s.locals for s in facts._scopes_for(at))
-
-
 def _identifiers(tree: ast.AST) -> set[str]:
     names = set()
     for node in ast.walk(tree):
@@ -387,33 +268,6 @@ def _identifiers(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.alias):
             names.add(node.asname or node.name.split(".")[0])
     return names
-
-
-def _alone_on_its_line(facts, stmt: ast.stmt) -> bool:
-    """``stmt`` fills its line, apart from indentation and a trailing comment."""
-    if stmt.lineno != stmt.end_lineno:
-        return False
-    text = facts.line_text(stmt.lineno)
-    before = text[: facts.char_col(stmt.lineno, stmt.col_offset)]
-    after = text[facts.char_col(stmt.lineno, stmt.end_col_offset) :].strip()
-    return not before.strip() and (not after or after.startswith("#"))
-
-
-# -- comments of the removed toggles ---------------------------------------------------------------
-def _comment_lines(stmt: cst.SimpleStatementLine, indent: str | None = None) -> list[cst.EmptyLine]:
-    """``stmt``'s leading lines and trailing comment as own lines (at ``indent`` if given)."""
-    lines = list(stmt.leading_lines)
-    comment = stmt.trailing_whitespace.comment
-    if comment is not None:
-        lines.append(cst.EmptyLine(comment=comment))
-    if indent is None:
-        return lines
-    out = []
-    for line in lines:
-        if line.indent and line.comment is not None:
-            line = line.with_changes(indent=False, whitespace=cst.SimpleWhitespace(indent + line.whitespace.value))
-        out.append(line)
-    return out
 
 
 class NestedToggleHack(Rule):
@@ -647,9 +501,9 @@ class NestedToggleHack(Rule):
                 "the global grad mode by hand, but a scoped `torch.enable_grad()` records graphs here too; "
             )
             fixable = (
-                _alone_on_its_line(facts, enable)
-                and _alone_on_its_line(facts, disable)
-                and _torch_alias_usable(facts, node)
+                alone_on_its_line(facts, enable)
+                and alone_on_its_line(facts, disable)
+                and torch_reachable(facts, node)
             )
             moved = pair.moved
             hoisted = trailing_saves(facts, moved)
@@ -724,10 +578,10 @@ class NestedToggleHack(Rule):
             edits = []
             if moved:
                 first = moved[0]
-                edits.append(Edit(first, first.with_changes(leading_lines=[*_comment_lines(enable), *first.leading_lines])))
-                pending = _comment_lines(disable)
+                edits.append(Edit(first, first.with_changes(leading_lines=[*comment_lines(enable), *first.leading_lines])))
+                pending = comment_lines(disable)
             else:
-                pending = [*_comment_lines(enable), *_comment_lines(disable)]
+                pending = [*comment_lines(enable), *comment_lines(disable)]
             edits += [Edit(enable, cst.RemoveFromParent()), Edit(disable, cst.RemoveFromParent())]
             if pending:
                 if end + 1 >= len(block.body):
@@ -747,10 +601,10 @@ class NestedToggleHack(Rule):
                 # toggle's comments go before them.
                 edits = [Edit(s, cst.RemoveFromParent()) for s in inside]
                 first = after[0]
-                edits.append(Edit(first, first.with_changes(leading_lines=[*_comment_lines(disable), *first.leading_lines])))
+                edits.append(Edit(first, first.with_changes(leading_lines=[*comment_lines(disable), *first.leading_lines])))
             else:
                 # The closing toggle's comments stay where they were, at the outer indentation.
-                new_block = new_block.with_changes(footer=_comment_lines(disable, indent))
+                new_block = new_block.with_changes(footer=comment_lines(disable, indent))
             with_stmt = ctx.statement(f"with {torch_name}.enable_grad():\n    pass\n")
             with_stmt = with_stmt.with_changes(leading_lines=enable.leading_lines, body=new_block)
             edits += [Edit(enable, with_stmt), Edit(disable, cst.RemoveFromParent())]

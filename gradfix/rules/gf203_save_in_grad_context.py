@@ -6,39 +6,16 @@ import ast
 
 import libcst as cst
 
-from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf204_empty_grad_context import (
+from gradfix.analysis.regions import (
     droppable_grad_with,
     grad_with_regions,
-    is_inert,
+    is_inert_save,
     is_neutral_statement,
-    unwrap_with,
+    trailing_saves,
 )
-
-
-def is_inert_save(facts, stmt: ast.stmt) -> bool:
-    """A bare ``torch.save(...)`` statement whose arguments compute nothing.
-
-    ``torch.save(model(x), f)`` is not: the argument is evaluated under the block's grad mode
-    and saves a different tensor outside it (pinned in tests/facts/test_gf203_facts.py).
-    """
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
-        return False
-    call = stmt.value
-    if facts.call_qualname(call) != "torch.save":
-        return False
-    return all(is_inert(facts, a) for a in call.args) and all(is_inert(facts, k.value) for k in call.keywords)
-
-
-def trailing_saves(facts, body: list[ast.stmt]) -> int:
-    """How many statements at the end of ``body`` are inert ``torch.save`` calls."""
-    count = 0
-    for stmt in reversed(body):
-        if not is_inert_save(facts, stmt):
-            break
-        count += 1
-    return count
+from gradfix.analysis.statements import unwrap_with
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
 
 
 class SaveInGradContext(Rule):

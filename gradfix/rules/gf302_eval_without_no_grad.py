@@ -1,120 +1,17 @@
-"""GF302 eval-without-no-grad.
-
-Also holds the "wrap these consecutive statements in ``with torch.no_grad():``" fix helper that
-GF304 shares.
-"""
+"""GF302 eval-without-no-grad."""
 
 from __future__ import annotations
 
 import ast
-from typing import Callable, Sequence
+from typing import Sequence
 
 import libcst as cst
 
+from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
+from gradfix.analysis.statements import can_wrap, is_within, own_nodes, smallest_run, torch_reachable, wrap_in_no_grad
 from gradfix.facts import FileFacts, dotted_name
-from gradfix.model import FixSafety, Span
+from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import (
-    feeds_training,
-    is_hook_like,
-    is_within,
-    own_nodes,
-    torch_reachable,
-    uses_grads,
-)
-
-
-# -- shared with GF304: statement runs and the wrapping edit -------------------------------------
-def statement_block(facts: FileFacts, stmt: ast.stmt) -> tuple[ast.AST, str] | None:
-    """The (parent node, field) whose statement list holds ``stmt``."""
-    parent = facts.parents.get(stmt)
-    for field in ("body", "orelse", "finalbody"):
-        body = getattr(parent, field, None)
-        if isinstance(body, list) and any(s is stmt for s in body):
-            return parent, field
-    return None
-
-
-def alone_on_its_lines(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
-    """No other statement shares a line with the run ``first``..``last`` (no ``;``, no
-    ``if x: stmt`` one-liner), so the run can move into an indented block."""
-    before = facts.line_text(first.lineno).encode("utf-8")[: first.col_offset]
-    after = facts.line_text(last.end_lineno).encode("utf-8")[last.end_col_offset :].strip()
-    return not before.strip() and (not after or after.startswith(b"#"))
-
-
-def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
-    """Whether ``run`` (consecutive statements of one block) can move into a ``with`` body.
-
-    Not when it suspends (``yield``/``await``: the grad mode would leak to the consumer while
-    suspended) or defines functions/classes (decorator positions differ between parsers).
-    """
-    if not alone_on_its_lines(facts, run[0], run[-1]):
-        return False
-    if any(facts.line_text(s.lineno).encode("utf-8")[: s.col_offset].strip() for s in run):
-        return False
-    for stmt in run:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return False
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
-                return False
-    return True
-
-
-def wrap_in_no_grad(
-    ctx,
-    spans: Sequence[Span],
-    transform: Callable[[cst.BaseStatement], cst.BaseStatement] | None = None,
-) -> list:
-    """Edits that put the consecutive statements at ``spans`` into one ``with torch.no_grad():``.
-
-    The first statement becomes the ``with`` (keeping its leading comments and blank lines
-    above the ``with``), the others are removed from their place; ``transform`` may rewrite
-    each statement on the way in. Comments between the statements move with them.
-    """
-    from gradfix.fixer import Edit
-
-    stmts = [ctx.node_at(span, cst.BaseStatement) for span in spans]
-    body = [transform(s) if transform else s for s in stmts]
-    leading = stmts[0].leading_lines
-    body[0] = body[0].with_changes(leading_lines=())
-    header = ctx.statement(f"with {ctx.torch_name()}.no_grad():\n    pass\n")
-    wrapper = header.with_changes(body=header.body.with_changes(body=body), leading_lines=leading)
-    return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
-
-
-def smallest_run(facts: FileFacts, func, nodes: Sequence[ast.AST]) -> list[ast.stmt] | None:
-    """The fewest consecutive statements of one block (owned by ``func``) that hold ``nodes``.
-
-    Nodes in different blocks (an ``if`` and its ``else``) give the statement enclosing both.
-    """
-    paths = []
-    for node in nodes:
-        path = []
-        current = node
-        while current is not None and current is not func:
-            if isinstance(current, ast.stmt):
-                block = statement_block(facts, current)
-                if block is None:
-                    return None
-                body = getattr(*block)
-                path.append((block, next(i for i, s in enumerate(body) if s is current)))
-            current = facts.parents.get(current)
-        paths.append(list(reversed(path)))
-    if not paths or not all(paths):
-        return None
-    level = 0
-    while all(len(p) > level for p in paths) and len({(id(p[level][0][0]), p[level][0][1], p[level][1]) for p in paths}) == 1:
-        level += 1
-    if all(len(p) > level for p in paths) and len({(id(p[level][0][0]), p[level][0][1]) for p in paths}) == 1:
-        block = paths[0][level][0]
-        indexes = [p[level][1] for p in paths]
-        return getattr(*block)[min(indexes) : max(indexes) + 1]
-    if level == 0:
-        return None
-    block, index = paths[0][level - 1]
-    return [getattr(*block)[index]]
 
 
 def _uses_grad_checkpointing(facts: FileFacts, func) -> bool:

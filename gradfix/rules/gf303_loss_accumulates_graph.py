@@ -9,7 +9,7 @@ import libcst as cst
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import is_within
+from gradfix.analysis.statements import is_within
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)

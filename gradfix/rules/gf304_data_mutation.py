@@ -8,9 +8,8 @@ import re
 import libcst as cst
 
 from gradfix.model import FixSafety
+from gradfix.analysis.statements import alone_on_its_lines, statement_block, torch_reachable, wrap_in_no_grad
 from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import source_of
-from gradfix.rules.gf302_eval_without_no_grad import alone_on_its_lines, statement_block, torch_reachable, wrap_in_no_grad
 
 # Tensor methods that overwrite values in place. Shape/storage changers (`resize_`, `set_`,
 # `t_`, `squeeze_`...) are left out: they behave differently on a tensor that requires grad.
@@ -73,7 +72,7 @@ def _loop_over_parameters(facts, name: str, at: ast.AST) -> bool:
         if isinstance(stmt, (ast.For, ast.AsyncFor)) and any(
             isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.target)
         ):
-            if _PARAM_SOURCE.search(source_of(facts, stmt.iter)):
+            if _PARAM_SOURCE.search(facts.segment(stmt.iter)):
                 return True
     return False
 
@@ -95,7 +94,7 @@ def _computed_local(facts, name: str, at: ast.AST) -> bool:
         else:
             continue
         if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for t in targets for n in ast.walk(t)):
-            source = source_of(facts, stmt.value)
+            source = facts.segment(stmt.value)
             if not (_PARAM_SOURCE.search(source) or _LEAF_SOURCE.search(source)):
                 return True
     return False
@@ -298,7 +297,7 @@ class DataMutation(Rule):
                 kind = "other" if _mapping_key(facts, stmt, attr) else _receiver_kind(facts, attr.value)
                 if kind == "other":
                     continue
-                receiver = source_of(facts, attr.value)
+                receiver = facts.segment(attr.value)
                 disabled = facts.grad_mode_at(stmt) == "disabled"
                 wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt)
                 if kind == "param" and not disabled and wrappable:
@@ -330,7 +329,7 @@ class DataMutation(Rule):
             previous = (block, index)
         for run in runs:
             first = run[0][0]
-            receivers = ", ".join(dict.fromkeys(f"`{source_of(facts, a.value)}`" for _, a in run))
+            receivers = ", ".join(dict.fromkeys(f"`{facts.segment(a.value)}`" for _, a in run))
             message = self._message(receivers, False)
             if len(run) > 1:
                 message += f" ({len(run)} writes, lines {first.lineno}-{run[-1][0].end_lineno})"

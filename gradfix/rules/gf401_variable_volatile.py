@@ -7,7 +7,7 @@ import ast
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf402_variable_wrapper import (
+from gradfix.analysis.variable import (
     flag_text,
     fix_variable_call,
     receiver_text,
