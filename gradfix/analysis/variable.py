@@ -18,6 +18,9 @@ from typing import Iterator
 
 import libcst as cst
 
+from gradfix.facts import dotted_name, target_names
+from gradfix.model import FixSafety
+
 VARIABLE = "torch.autograd.Variable"
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
 _POSITIONAL = ("data", "requires_grad", "volatile")
@@ -39,17 +42,212 @@ class VariableCall:
     blocker: str | None
     import_module: str | None
 
+# -- what an expert writes instead ----------------------------------------------------------------
+# Torch functions that build a new tensor that needs no grad (pinned in
+# tests/facts/test_gf402_facts.py); those that also take ``requires_grad=`` are marked True.
+_CONSTRUCTORS = {
+    **dict.fromkeys(
+        "zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor "
+        "zeros_like ones_like empty_like full_like rand_like randn_like".split(),
+        True,
+    ),
+    **dict.fromkeys(
+        "from_numpy Tensor FloatTensor DoubleTensor HalfTensor LongTensor IntTensor ShortTensor ByteTensor "
+        "CharTensor BoolTensor".split(),
+        False,
+    ),
+}
+# Tensor methods that build a new tensor needing no grad, whatever they are called on.
+_NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor".split(), True), "new": False}
+# Methods that keep a tensor that needs no grad that way (conversions, views, in-place fills).
+_KEEPING_METHODS = frozenset(
+    "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
+    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory".split()
+)
+# Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``).
+_LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
+_EVIDENCE = {"fresh": "a fresh tensor", "data": "a `.data`"}
 
-def fix_variable_call(finding, ctx):
-    """``Variable(x, ...)`` -> ``x.detach()`` (``.requires_grad_(flag)``), dropping the import
-    once unused; ``finding.data`` is ``(has requires_grad flag, import module or None)``."""
-    from gradfix.fixer import Edit
 
-    with_flag, module = finding.data
-    call = ctx.node_at(finding.span, cst.Call)
-    if module:
-        ctx.remove_import_if_unused(module, "Variable")
-    return [Edit(call, detached(ctx, call, with_flag))]
+@dataclass(frozen=True)
+class Rewrite:
+    """What one ``Variable(...)`` call becomes.
+
+    ``kind``: ``drop`` (the argument alone), ``detach_data`` (``h.data`` -> ``h.detach()``),
+    ``constructor_flag`` (``requires_grad=`` moves into the constructor call),
+    ``requires_grad`` (``x.requires_grad_(flag)`` on a fresh tensor), ``detach``
+    (``x.detach()``, the exact alias) or ``exact`` (``x.detach().requires_grad_(flag)`` with the
+    flag as written, for ``style = "exact"``). ``assumption`` says why the rewrite is unsafe, if it is.
+    """
+
+    kind: str
+    text: str
+    safety: FixSafety
+    evidence: str = ""  # why this form, for the message ("the argument is a fresh tensor")
+    assumption: str = ""
+
+    @property
+    def title(self) -> str:
+        shown = self.text if len(self.text) <= 48 and "\n" not in self.text else None
+        if self.kind == "drop":
+            title = f"Drop the wrapper: `{shown}`" if shown else "Drop the `Variable(...)` wrapper"
+        elif self.kind == "constructor_flag":
+            title = f"Write `{shown}`" if shown else "Pass `requires_grad=` to the constructor"
+        else:
+            title = f"Write `{shown}`" if shown else f"Write `.{'requires_grad_' if self.kind == 'requires_grad' else 'detach'}()`"
+        return f"{title} ({self.assumption})" if self.assumption else title
+
+
+def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
+    """The rewrite of a fixable call: the idiomatic form, or always ``.detach()`` if ``exact``."""
+    data, flag = found.data, found.requires_grad
+    literal = truthiness(flag)  # False when no flag is given
+    receiver = receiver_text(facts, data)
+    wanted_flag = "" if literal is True else flag_text(facts, flag) if flag is not None else ""
+    grad_free = None if exact else _grad_free(facts, data)
+    if grad_free == "data" and isinstance(data, ast.Attribute) and data.attr == "data":
+        text = f"{receiver_text(facts, data.value)}.detach()"
+        if literal is not False:
+            text += f".requires_grad_({wanted_flag})"
+        return Rewrite("detach_data", text, FixSafety.SAFE, "`.data` of a tensor")
+    if grad_free and literal is False:
+        return Rewrite("drop", facts.segment(data), FixSafety.SAFE, _EVIDENCE[grad_free])
+    if grad_free:
+        if _takes_requires_grad(facts, data):
+            text = facts.segment(data)[:-1].rstrip().rstrip(",")
+            sep = "" if text.endswith("(") else ", "
+            shown_flag = "True" if literal is True else flag_text(facts, flag)
+            return Rewrite("constructor_flag", f"{text}{sep}requires_grad={shown_flag})", FixSafety.SAFE, _EVIDENCE["fresh"])
+        return Rewrite("requires_grad", f"{receiver}.requires_grad_({wanted_flag})", FixSafety.SAFE, _EVIDENCE[grad_free])
+    if not exact and literal is False and _loader_batch(facts, data, found.call):
+        name = _root(data).id
+        return Rewrite(
+            "drop",
+            facts.segment(data),
+            FixSafety.UNSAFE,
+            f"the loader batch `{name}`",
+            "assumes the batch needs no grad",
+        )
+    text = f"{receiver}.detach()"
+    if flag is not None and (exact or literal is not False):
+        text += f".requires_grad_({flag_text(facts, flag) if exact else wanted_flag})"
+    return Rewrite("exact" if exact else "detach", text, FixSafety.SAFE)
+
+
+def _call_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _constructor(facts, expr: ast.expr) -> bool | None:
+    """For a call that builds a fresh tensor needing no grad: whether it takes ``requires_grad=``
+    (True/False); None for anything else. A call that already passes ``requires_grad`` or
+    ``out=`` is not fresh."""
+    if not isinstance(expr, ast.Call):
+        return None
+    if any(k.arg in ("requires_grad", "out") for k in expr.keywords):
+        return None
+    qual = facts.qualname(expr.func) or ""
+    prefix, _, last = qual.rpartition(".")
+    if prefix in ("torch", "torch.cuda") and last in _CONSTRUCTORS:
+        return _CONSTRUCTORS[last] and prefix == "torch"
+    if isinstance(expr.func, ast.Attribute) and qual == "" and expr.func.attr in _NEW_METHODS:
+        return _NEW_METHODS[expr.func.attr]
+    return None
+
+
+def _takes_requires_grad(facts, expr: ast.expr) -> bool:
+    """``expr`` is a one-line constructor call that ``requires_grad=`` can be added to."""
+    return (
+        _constructor(facts, expr) is True
+        and expr.lineno == expr.end_lineno
+        and all(k.arg is not None for k in expr.keywords)
+    )
+
+
+def _grad_free(facts, expr: ast.expr) -> str | None:
+    """``"fresh"`` when ``expr`` surely needs no grad (a fresh constructor, maybe through
+    conversions/views), ``"data"`` for ``x.data`` (and such chains on it), else None."""
+    node = expr
+    while True:
+        if _constructor(facts, node) is not None:
+            return "fresh"
+        if isinstance(node, ast.Attribute) and node.attr == "data":
+            return "data"
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            return None
+        if node.func.attr not in _KEEPING_METHODS:
+            return None
+        if node.func.attr == "fill_" and not all(isinstance(a, ast.Constant) for a in node.args):
+            return None  # a tensor fill value may need grad
+        node = node.func.value
+
+
+def _root(expr: ast.expr) -> ast.expr:
+    """The name under ``batch[0].cuda()``, ``batch.text``, ``Variable(data).cuda()`` (or the
+    expression itself when there is none)."""
+    while True:
+        if isinstance(expr, ast.Call) and _call_name(expr) == "Variable" and expr.args:
+            expr = expr.args[0]
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _KEEPING_METHODS:
+            expr = expr.func.value
+        elif isinstance(expr, (ast.Subscript, ast.Attribute)):
+            expr = expr.value
+        else:
+            return expr
+
+
+def _loader_iterable(facts, expr: ast.expr) -> bool:
+    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``."""
+    if isinstance(expr, ast.Call):
+        if (facts.qualname(expr.func) or "").endswith("DataLoader"):
+            return True
+        if _call_name(expr) in ("enumerate", "tqdm", "iter", "zip"):
+            return any(_loader_iterable(facts, a) for a in expr.args)
+        expr = expr.func  # get_loader(), self.train_loader()
+    name = dotted_name(expr)
+    return name is not None and bool(_LOADER_NAME.search(name.rpartition(".")[2]))
+
+
+def _loader_batch(facts, data: ast.expr, call: ast.Call) -> bool:
+    """``data`` is (a piece of) a batch that a ``for`` loop around ``call`` takes from a loader,
+    not rebound in the loop body to anything but itself (``data = data.cuda()``)."""
+    root = _root(data)
+    if not isinstance(root, ast.Name):
+        return False
+    node = call
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        parent = facts.parents.get(node)
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and node in parent.body:
+            if root.id in target_names(parent.target):
+                return _loader_iterable(facts, parent.iter) and not _rebound(parent, root.id)
+        node = parent
+    return False
+
+
+def _rebound(loop: ast.For | ast.AsyncFor, name: str) -> bool:
+    """Whether the loop body binds ``name`` to something not computed from ``name`` itself."""
+    for node in ast.walk(loop):
+        if node is loop.target or not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)):
+            continue
+        if isinstance(node, ast.Assign):
+            pairs = []
+            for target in node.targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts):
+                    pairs += zip(target.elts, node.value.elts)
+                else:
+                    pairs.append((target, node.value))
+            for target, value in pairs:
+                if name in target_names(target) and not (isinstance(target, ast.Name) and _root_name(value) == name):
+                    return True
+        elif node is not loop and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(getattr(node, "target", node))):
+            return True
+    return False
+
+
+def _root_name(expr: ast.expr) -> str | None:
+    root = _root(expr)
+    return root.id if isinstance(root, ast.Name) else None
 
 
 def variable_calls(facts) -> Iterator[VariableCall]:
@@ -221,21 +419,66 @@ def cst_variable_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
     return out
 
 
-def detached(ctx, call: cst.Call, requires_grad: bool) -> cst.BaseExpression:
-    """``data.detach()`` (``.requires_grad_(flag)`` appended when asked), keeping the
-    call's own parentheses. ``check`` made sure no comment lives outside the kept arguments."""
+def fix_variable_call(finding, ctx):
+    """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None)``;
+    drops the ``Variable`` import once no use is left."""
+    from gradfix.fixer import Edit
+
+    kind, module = finding.data
+    call = ctx.node_at(finding.span, cst.Call)
+    if module:
+        ctx.remove_import_if_unused(module, "Variable")
+    return [Edit(call, rewritten(ctx, call, kind).with_changes(lpar=call.lpar, rpar=call.rpar))]
+
+
+def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:
+    """What ``call`` (a ``Variable(...)``) becomes for a :class:`Rewrite` of ``kind``.
+    ``check`` made sure no comment lives outside the kept arguments."""
     args = cst_variable_args(call)
     data = args["data"]
-    flag = args.get("requires_grad") if requires_grad else None
-    base = data if not _needs_parens(ctx, data) else data.with_changes(
-        lpar=[cst.LeftParen()], rpar=[cst.RightParen()]
-    )
-    expr: cst.BaseExpression = cst.Call(func=cst.Attribute(value=base, attr=cst.Name("detach")))
-    if flag is not None:
-        if isinstance(flag, cst.Integer) and flag.value in ("0", "1"):
-            flag = cst.Name("True" if flag.value == "1" else "False")
-        expr = cst.Call(func=cst.Attribute(value=expr, attr=cst.Name("requires_grad_")), args=[cst.Arg(flag)])
-    return expr.with_changes(lpar=call.lpar, rpar=call.rpar)
+    flag = args.get("requires_grad")
+    if isinstance(flag, cst.Integer) and flag.value in ("0", "1"):
+        flag = cst.Name("True" if flag.value == "1" else "False")
+    literal_true = isinstance(flag, cst.Name) and flag.value == "True"
+    flag_args = [] if literal_true else [cst.Arg(flag)] if flag is not None else []
+    if kind == "drop":
+        return _parenthesized(ctx, data)
+    if kind == "constructor_flag":
+        new = cst.Arg(
+            flag,
+            keyword=cst.Name("requires_grad"),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+        )
+        old = list(data.args)
+        if old:
+            new = new.with_changes(whitespace_after_arg=old[-1].whitespace_after_arg)
+            old[-1] = old[-1].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), whitespace_after_arg=cst.SimpleWhitespace("")
+            )
+        return data.with_changes(args=[*old, new])
+    if kind == "requires_grad":
+        return _method(_parenthesized(ctx, data), "requires_grad_", flag_args)
+    if kind == "detach_data":
+        expr = _method(data.value, "detach")
+    else:
+        expr = _method(_parenthesized(ctx, data), "detach")
+        if kind == "exact" and flag is not None:  # the mechanical form, flag as written
+            return _method(expr, "requires_grad_", [cst.Arg(flag)])
+    return _method(expr, "requires_grad_", flag_args) if flag is not None and not _is_false(flag) else expr
+
+
+def _method(receiver: cst.BaseExpression, name: str, args=()) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(name)), args=list(args))
+
+
+def _is_false(flag: cst.BaseExpression) -> bool:
+    return isinstance(flag, cst.Name) and flag.value == "False"
+
+
+def _parenthesized(ctx, node: cst.BaseExpression) -> cst.BaseExpression:
+    if not _needs_parens(ctx, node):
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gradfix.analysis.variable import fix_variable_call, flag_text, receiver_text, variable_calls
+from gradfix.analysis.variable import fix_variable_call, plan_rewrite, variable_calls
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import Invalid, Option, Rule, Valid
 
 
 class VariableWrapper(Rule):
@@ -24,30 +24,49 @@ class VariableWrapper(Rule):
     ```python
     from torch.autograd import Variable
 
-    inputs = Variable(batch).cuda()
+    hidden = Variable(torch.zeros(layers, bsz, nhid))
+    hidden = Variable(hidden.data)
     weights = Variable(torch.zeros(3), requires_grad=True)
+    for data, target in train_loader:
+        data, target = Variable(data), Variable(target)
+    features = Variable(encoder(x))
     ```
 
     ## Use instead
     ```python
-    inputs = batch.detach().cuda()
-    weights = torch.zeros(3).detach().requires_grad_(True)
+    hidden = torch.zeros(layers, bsz, nhid)
+    hidden = hidden.detach()
+    weights = torch.zeros(3, requires_grad=True)
+    for data, target in train_loader:
+        pass  # the batch as it is
+    features = encoder(x).detach()
     ```
-    When you did not mean to cut the graph (input batches usually have none), drop the
-    `.detach()` by hand.
 
     ## Fix safety
-    Safe: `x.detach()` is exactly what `Variable(x)` returns today, and
-    `x.detach().requires_grad_(flag)` what `Variable(x, requires_grad=flag)` returns (a
-    leaf that receives gradients). Non-atomic arguments are parenthesized. A literal `1`/`0`
-    flag becomes `True`/`False` (`requires_grad_` takes only a bool; a flag variable that
-    holds an int would now raise `TypeError` at that line). The import of `Variable` is
-    removed once no use is left (not in an `__init__.py`, which may re-export it; not when
-    it is imported under another name or inside a `try` fallback; not when a file next to this
-    one or one folder up does `from <this module> import *` or imports `Variable` from it,
-    unless `__all__` leaves `Variable` out: 2017 scripts took `Variable` that way). Calls
-    with `**kwargs`, the old `_grad_fn=`/`name=` arguments or no tensor are reported without
-    a fix; `volatile=` calls are GF401's.
+    The fix writes what the call means today, in the form an expert writes:
+    - the argument surely needs no grad (a fresh tensor from `torch.zeros/ones/empty/full/
+      rand/randn/arange/tensor/from_numpy/...`, `torch.FloatTensor(...)`, `t.new(...)`,
+      `t.new_zeros(...)`, a `.data`, or `.cuda()/.to()/.float()/.view()/...` on one of those):
+      safe, the wrapper goes. Only the object identity differs, and nothing else can hold
+      the fresh object;
+    - `Variable(h.data)`: safe, `h.detach()` (same storage, no graph, as before);
+    - `Variable(<constructor>(...), requires_grad=flag)`: safe, `<constructor>(...,
+      requires_grad=flag)` where the constructor takes it, else `<fresh>.requires_grad_(flag)`;
+    - a name a `for` loop takes from a data loader (`for data, target in train_loader:`),
+      not rebound in the loop: **unsafe**, the wrapper goes on the assumption that the batch
+      needs no grad (a custom collate could hand out tensors that do);
+    - anything else: safe, `x.detach()` (`x.detach().requires_grad_(flag)`), exactly what
+      `Variable` returns today. Non-atomic arguments are parenthesized.
+    With `style = "exact"` (option of GF402) every call becomes `x.detach()`
+    (`.requires_grad_(flag)` appended as written). A literal `1`/`0` flag becomes
+    `True`/`False` (`requires_grad_` takes only a bool; a flag variable that holds an int would
+    now raise `TypeError` at that line). The import of `Variable` is removed once no use is
+    left (not in an `__init__.py`, which may re-export it; not when it is imported under
+    another name or inside a `try` fallback; not when a file next to this one or one folder up
+    does `from <this module> import *` or imports `Variable` from it, unless `__all__` leaves
+    `Variable` out: 2017 scripts took `Variable` that way). Calls with `**kwargs`, the old
+    `_grad_fn=`/`name=` arguments or no tensor are reported without a fix; `volatile=` calls
+    are GF401's.
     """
 
     code = "GF402"
@@ -55,6 +74,14 @@ class VariableWrapper(Rule):
     summary = "Legacy `Variable(x)` wrapper: it returns `x.detach()`"
     fix_safety = FixSafety.SAFE
     triggers = ("Variable",)
+    options = (
+        Option(
+            "style",
+            ("idiomatic", "exact"),
+            "`idiomatic`: drop the wrapper where the value needs no grad, `h.detach()` for "
+            "`Variable(h.data)`, `requires_grad=` in the constructor; `exact`: always `x.detach()`",
+        ),
+    )
 
     VALID = [
         Valid("import torch\ny = x.detach()\n"),
@@ -64,18 +91,52 @@ class VariableWrapper(Rule):
             "from torch.autograd import Variable\n\nclass Variable:\n    pass\n\nv = Variable(x)\n"
         ),
         Valid("from torch.autograd import Variable\n\ndef f(Variable, x):\n    return Variable(x)\n"),
+        # GF404's
         Valid("from torch.autograd import Variable\nok = isinstance(x, Variable)\n"),
         # volatile= is GF401's
         Valid("from torch.autograd import Variable\nv = Variable(x, volatile=True)\n"),
     ]
     INVALID = [
+        # A graph may hang on `batch` here: the exact alias.
         Invalid(
             "import torch\nfrom torch.autograd import Variable\n\nx = Variable(batch).cuda()  # to GPU\n",
             "import torch\n\nx = batch.detach().cuda()  # to GPU\n",
         ),
+        # Fresh tensors need no grad: the wrapper goes.
+        Invalid(
+            "import torch\nfrom torch.autograd import Variable\n\ndef init_hidden(n):\n"
+            "    return Variable(torch.zeros(1, n)), Variable(torch.from_numpy(a).float().cuda())\n",
+            "import torch\n\ndef init_hidden(n):\n"
+            "    return torch.zeros(1, n), torch.from_numpy(a).float().cuda()\n",
+            count=2,
+        ),
+        Invalid(
+            "from torch.autograd import Variable\n\ndef repackage(h):\n    return Variable(h.data)\n",
+            "def repackage(h):\n    return h.detach()\n",
+        ),
+        Invalid(
+            "import torch\nw = torch.autograd.Variable(torch.zeros(3), requires_grad=True)\n"
+            "b = torch.autograd.Variable(torch.FloatTensor(3).zero_(), requires_grad=True)\n"
+            "c = torch.autograd.Variable(torch.ones( 3 ), True)\n",
+            "import torch\nw = torch.zeros(3, requires_grad=True)\n"
+            "b = torch.FloatTensor(3).zero_().requires_grad_()\n"
+            "c = torch.ones( 3, requires_grad=True )\n",
+            count=3,
+        ),
         Invalid(
             "import torch\nw = torch.autograd.Variable(torch.zeros(3), requires_grad=True)\n",
             "import torch\nw = torch.zeros(3).detach().requires_grad_(True)\n",
+            options={"style": "exact"},
+        ),
+        # A batch from the loader: the wrapper goes (unsafe: it assumes the batch needs no grad).
+        Invalid(
+            "from torch.autograd import Variable\n\ndef train(model, train_loader):\n"
+            "    for data, target in train_loader:\n        data, target = Variable(data), Variable(target)\n"
+            "        model(data).sum().backward()\n",
+            "def train(model, train_loader):\n"
+            "    for data, target in train_loader:\n        data, target = data, target\n"
+            "        model(data).sum().backward()\n",
+            count=2,
         ),
         Invalid(
             "import torch.autograd as ag\ns = ag.Variable(a + b, requires_grad = trainable)\n",
@@ -83,7 +144,7 @@ class VariableWrapper(Rule):
         ),
         Invalid(
             "from torch.autograd.variable import Variable\nw = Variable(x, 1)\nok = isinstance(w, Variable)\n",
-            "from torch.autograd.variable import Variable\nw = x.detach().requires_grad_(True)\nok = isinstance(w, Variable)\n",
+            "from torch.autograd.variable import Variable\nw = x.detach().requires_grad_()\nok = isinstance(w, Variable)\n",
         ),
         Invalid(
             "from torch.autograd import Variable, grad\n\ndef f(x):\n    g = grad(Variable(x).sum(), x)\n    return (Variable(x ** 2))\n",
@@ -91,8 +152,8 @@ class VariableWrapper(Rule):
             count=2,
         ),
         Invalid(
-            "from torch.autograd import Variable as V\nh = V(torch.zeros(\n    2, 3\n))\n",
-            "from torch.autograd import Variable as V\nh = torch.zeros(\n    2, 3\n).detach()\n",
+            "from torch.autograd import Variable as V\nh = V(enc(\n    2, 3\n))\n",
+            "from torch.autograd import Variable as V\nh = enc(\n    2, 3\n).detach()\n",
         ),
         Invalid(
             "from torch.autograd import Variable\nh = Variable(x\n             .float())\n",
@@ -108,30 +169,25 @@ class VariableWrapper(Rule):
     ]
 
     def check(self, facts):
+        exact = self.opts.get("style") == "exact"
         for found in variable_calls(facts):
             if found.volatile is not None:
                 continue  # GF401
             text = facts.segment(found.call.func)
             if found.blocker is not None:
                 yield self.report(
-                    facts,
-                    found.call,
-                    f"`{text}(...)` is a legacy wrapper that returns a detached copy; "
-                    f"not rewritten because {found.blocker}",
-                    fix=False,
+                    facts, found.call, f"legacy `{text}(...)` returns a detached alias; not rewritten: {found.blocker}", fix=False
                 )
                 continue
-            data = receiver_text(facts, found.data)
-            if found.requires_grad is None:
-                wanted = f"{data}.detach()"
-            else:
-                wanted = f"{data}.detach().requires_grad_({flag_text(facts, found.requires_grad)})"
+            plan = plan_rewrite(facts, found, exact)
+            message = f"legacy `{text}(...)` of {plan.evidence or 'a tensor'}: since PyTorch 0.4 it returns a detached alias"
             yield self.report(
                 facts,
                 found.call,
-                f"legacy `{text}(...)`: since PyTorch 0.4 it returns a detached alias of its "
-                f"argument (no graph); write `{wanted}`",
-                data=(found.requires_grad is not None, found.import_module),
+                message,
+                fix=plan.safety,
+                fix_title=plan.title,
+                data=(plan.kind, found.import_module),
             )
 
     def fix(self, finding, ctx):
