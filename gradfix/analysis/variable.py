@@ -13,6 +13,7 @@ import io
 import os
 import re
 import tokenize
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -252,8 +253,7 @@ def _root_name(expr: ast.expr) -> str | None:
 
 def variable_calls(facts) -> Iterator[VariableCall]:
     """Calls that resolve to ``torch.autograd.Variable`` (any import spelling)."""
-    own_definition = _defines_name(facts, "Variable")
-    removable = None  # computed at the first plain `Variable(...)` call (it may read sibling files)
+    own_definition = defines_name(facts, "Variable")
     for call in facts.calls:
         if facts.call_qualname(call) != VARIABLE:
             continue
@@ -282,17 +282,32 @@ def variable_calls(facts) -> Iterator[VariableCall]:
             kept = [args["data"], args.get("requires_grad")]
             if _comments(facts, call) != sum(_comments(facts, n) for n in kept if n is not None):
                 blocker = "a comment inside the call would be lost"
-        module = None
-        if isinstance(func, ast.Name) and func.id == "Variable" and removable is None:
-            removable = (
-                not _is_package_init(facts.path)
-                and not _imported_in_try(facts, "Variable")
-                and not _reexported(facts, "Variable")
-            )
-        if isinstance(func, ast.Name) and func.id == "Variable" and removable:
-            target = facts.resolve_name("Variable", call) or ""
-            module = target.rpartition(".")[0] or None
+        module = import_to_drop(facts, func)
         yield VariableCall(call, args.get("data"), args.get("requires_grad"), args.get("volatile"), blocker, module)
+
+
+_REMOVABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # facts -> may the import go
+
+
+def import_to_drop(facts, use: ast.expr) -> str | None:
+    """The module to drop ``Variable`` from once the fix removes ``use`` and no use is left,
+    or None: ``use`` is not a plain ``Variable`` from ``from M import Variable``, or another
+    module may take ``Variable`` from this one (``__init__.py``, a ``try`` fallback import,
+    ``from this import *`` next door)."""
+    if not (isinstance(use, ast.Name) and use.id == "Variable"):
+        return None
+    removable = _REMOVABLE.get(facts)
+    if removable is None:  # computed once per file (it may read sibling files)
+        removable = (
+            not _is_package_init(facts.path)
+            and not _imported_in_try(facts, "Variable")
+            and not _reexported(facts, "Variable")
+        )
+        _REMOVABLE[facts] = removable
+    if not removable:
+        return None
+    target = facts.resolve_name("Variable", use) or ""
+    return target.rpartition(".")[0] or None
 
 
 def _comments(facts, node: ast.AST) -> int:
@@ -307,7 +322,7 @@ def _comments(facts, node: ast.AST) -> int:
     return sum(t.type == tokenize.COMMENT for t in tokens)
 
 
-def _defines_name(facts, name: str) -> set[str]:
+def defines_name(facts, name: str) -> set[str]:
     nodes = [*facts.functions, *(n for n in facts.function_of if isinstance(n, ast.ClassDef))]
     return {name} if any(n.name == name for n in nodes) else set()
 
