@@ -138,6 +138,55 @@ def wrap_in_no_grad(
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
 
 
+def body_without_docstring(func) -> list[ast.stmt]:
+    body = list(func.body)
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        body = body[1:]
+    return body
+
+
+def innermost_loop(facts: FileFacts, func, stmts: Sequence[ast.stmt]) -> ast.stmt | None:
+    """The innermost ``for``/``while`` loop of ``func`` whose body holds all of ``stmts``
+    (not one of ``stmts`` itself), or None."""
+    node = facts.parents.get(stmts[0])
+    while node is not None and node is not func and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, (ast.For, ast.While)) and not node.orelse:
+            if all(any(is_within(facts, s, b) for b in node.body) for s in stmts):
+                return node
+        node = facts.parents.get(node)
+    return None
+
+
+def around_run(func, run: Sequence[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]] | None:
+    """The statements of ``func``'s body (docstring aside) before and after ``run``, when
+    ``run`` is a piece of that body; else None. A rule that would wrap ``run`` decorates the
+    function instead when nothing that matters is left outside."""
+    if not isinstance(func, ast.FunctionDef) or not run:
+        return None
+    body = body_without_docstring(func)
+    index = next((i for i, s in enumerate(body) if s is run[0]), None)
+    if index is None or body[index : index + len(run)] != list(run):
+        return None
+    return body[:index], body[index + len(run) :]
+
+
+def decorate_with_no_grad(ctx, first_body_span: Span, transform=None) -> list:
+    """Edits that put ``@torch.no_grad()`` on the function whose body starts at
+    ``first_body_span`` (closest to the ``def``, under ``@staticmethod`` and friends);
+    ``transform`` may rewrite each body statement."""
+    from gradfix.fixer import Edit, FixError
+
+    stmt = ctx.node_at(first_body_span, cst.BaseStatement)
+    block = ctx.parent(stmt)
+    func = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if not isinstance(func, cst.FunctionDef):
+        raise FixError("the function changed")
+    decorator = cst.Decorator(decorator=ctx.expr(f"{ctx.torch_name()}.no_grad()"))
+    body = block.with_changes(body=[transform(s) if transform else s for s in block.body])
+    return [Edit(func, func.with_changes(decorators=[*func.decorators, decorator], body=body))]
+
+
 def smallest_run(facts: FileFacts, func, nodes: Sequence[ast.AST]) -> list[ast.stmt] | None:
     """The fewest consecutive statements of one block (owned by ``func``) that hold ``nodes``.
 

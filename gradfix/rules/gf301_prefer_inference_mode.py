@@ -7,21 +7,13 @@ import ast
 import libcst as cst
 
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
-from gradfix.analysis.statements import own_nodes, torch_reachable
+from gradfix.analysis.statements import body_without_docstring, own_nodes, torch_reachable
 from gradfix.facts import FileFacts
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
 
 # Containers a pure function must not fill with its tensors unless they are its own locals.
 _STORE_METHODS = {"append", "extend", "insert", "update", "setdefault", "add", "put", "__setitem__"}
-
-
-def _body_without_docstring(func) -> list[ast.stmt]:
-    body = list(func.body)
-    first = body[0] if body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        body = body[1:]
-    return body
 
 
 def _returns_outputs(func) -> bool:
@@ -364,7 +356,7 @@ class PreferInferenceMode(Rule):
         for region in facts.regions:
             if region.owner is func and region.api == "torch.no_grad":
                 return region
-        body = _body_without_docstring(func)
+        body = body_without_docstring(func)
         if len(body) == 1 and isinstance(body[0], (ast.With, ast.AsyncWith)):
             for region in facts.regions:
                 if region.owner is body[0] and region.api == "torch.no_grad" and region.called:
