@@ -256,6 +256,76 @@ def _plan_extraction(facts, pair: TogglePair) -> _Extraction:
     return _Extraction(tuple(params), tuple(returns))
 
 
+def _placement(facts, pair: TogglePair, extraction: _Extraction) -> str:
+    """``module`` when the helper needs nothing from the enclosing function but what it is
+    passed (its other names are globals or builtins), else ``before`` (the ``with``)."""
+    func = facts.enclosing_function(pair.with_node)
+    scan = _scan(pair.moved)
+    free = {n for n, _ in scan.loads} - set(extraction.params) - {n for n, _ in scan.binds}
+    outer = [facts.scope_of_node[f] for f in facts.enclosing_functions(func)]
+    if any(name in s.locals or name in s.imports for s in outer for name in free):
+        return "before"  # a closure variable of an outer function
+    in_class = any(isinstance(n, ast.ClassDef) for n in _ancestors(facts, func))
+    mangled = {n for n, _ in scan.loads + scan.binds} | {
+        a.attr for s in pair.moved for a in ast.walk(s) if isinstance(a, ast.Attribute)
+    }
+    if in_class and any(n.startswith("__") and not n.endswith("__") for n in mangled):
+        return "before"  # private names are mangled by the class they are written in
+    top = pair.with_node
+    while facts.parents.get(top) is not facts.tree:
+        top = facts.parents[top]
+    return "module" if torch_reachable(facts, top) else "before"
+
+
+def _ancestors(facts, node: ast.AST):
+    node = facts.parents.get(node)
+    while node is not None:
+        yield node
+        node = facts.parents.get(node)
+
+
+def _helper_name(moved: list[ast.stmt], returns: tuple[str, ...], taken: set[str]) -> str:
+    """``_<what it computes>_with_grad``: the last name it returns, else the last call it makes
+    (``_backward_with_grad``); a number is added when the name is taken."""
+    base = returns[-1].strip("_") if returns else ""
+    if not base:
+        calls = [n for n in ast.walk(moved[-1]) if isinstance(n, ast.Call)]
+        callee = calls[0].func if calls else None
+        base = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
+        base = base.strip("_")
+    name = f"_{base}{HELPER_NAME}" if base else HELPER_NAME
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    return candidate
+
+
+def _anchor(ctx, block, placement: str, with_line: int):
+    """The CST statement the helper goes before: the top-level statement, or the ``with``."""
+    from gradfix.fixer import FixError
+
+    node = block
+    while node is not None:
+        parent = ctx.parent(node)
+        if placement == "module" and isinstance(parent, cst.Module):
+            return node
+        if placement == "before" and isinstance(node, cst.With) and ctx.span_of(node).line == with_line:
+            return node
+        node = parent
+    raise FixError("the block moved")
+
+
+def _replacer(replaced: dict):
+    """A transformer that swaps the given original statements (``RemoveFromParent`` drops one)."""
+
+    class Replace(cst.CSTTransformer):
+        def on_leave(self, original_node, updated_node):
+            return replaced.get(original_node, updated_node)
+
+    return Replace()
+
+
 def _identifiers(tree: ast.AST) -> set[str]:
     names = set()
     for node in ast.walk(tree):
@@ -299,15 +369,17 @@ class NestedToggleHack(Rule):
 
     ## Use instead
     ```python
+    @torch.enable_grad()
+    def _score_with_grad(feats, model):
+        feats.requires_grad_(True)
+        score = model.head(feats).sum()
+        return score
+
+
     def refine(model, x):
         with torch.no_grad():
             feats = model.encoder(x)
-            @torch.enable_grad()
-            def _with_grad(feats, model):
-                feats.requires_grad_(True)
-                score = model.head(feats).sum()
-                return score
-            score = _with_grad(feats, model)
+            score = _score_with_grad(feats, model)
             return score, feats
     ```
     With `style = "block"` (option of GF202), or where a helper cannot be extracted:
@@ -321,9 +393,15 @@ class NestedToggleHack(Rule):
     Safe: both forms enable grad for exactly those statements and end with the mode off,
     as the toggles did; an exception leaves the outer `with` either way, which restores the
     caller's mode. The default `function` style moves the statements into a helper decorated
-    with `@torch.enable_grad()`, defined in place; it takes the variables they read that the
-    function assigned before (or its parameters) and returns the variables they assign that
-    are read anywhere else in the function. It falls back to `block` style when the
+    with `@torch.enable_grad()`, as the article advises (a function boundary), defined outside
+    the grad-disabled block: at module level, just before the top-level statement that holds
+    the block, when the statements need nothing from the enclosing function but what the
+    helper is passed (their other names are globals or builtins); just before the `with`
+    when they read a closure variable of an outer function, or a private `__name` that the
+    class would mangle. It takes the variables they read that the function assigned before
+    (or its parameters) and returns the variables they assign that are read anywhere else in
+    the function; it is named for the last variable it returns (`_score_with_grad`), else for
+    the last call it makes (`_backward_with_grad`). It falls back to `block` style when the
     statements `return`, `yield`, `await`, `break`/`continue` an outer loop, use
     `global`/`nonlocal`, `del` a variable, define a function, class or generator expression
     (a closure would capture the helper's variables), call `locals()`/`super()`…, may read a
@@ -383,16 +461,16 @@ class NestedToggleHack(Rule):
             "        score = model.head(feats).sum()\n"
             "        torch.set_grad_enabled(False)\n"
             "        return score, feats\n",
-            "import torch\n"
+            "import torch\n\n\n"
+            "@torch.enable_grad()  # need grads here\n"
+            "def _score_with_grad(feats, model):\n"
+            "    feats.requires_grad_(True)\n"
+            "    score = model.head(feats).sum()\n"
+            "    return score\n\n\n"
             "def refine(model, x):\n"
             "    with torch.no_grad():\n"
             "        feats = model.encoder(x)\n"
-            "        @torch.enable_grad()  # need grads here\n"
-            "        def _with_grad(feats, model):\n"
-            "            feats.requires_grad_(True)\n"
-            "            score = model.head(feats).sum()\n"
-            "            return score\n"
-            "        score = _with_grad(feats, model)\n"
+            "        score = _score_with_grad(feats, model)\n"
             "        return score, feats\n",
         ),
         Invalid(
@@ -431,21 +509,46 @@ class NestedToggleHack(Rule):
             "        set_grad_enabled(False)\n"
             "    return total\n",
             "from torch import no_grad, set_grad_enabled\n"
-            "import torch\n\n"
+            "import torch\n\n\n"
+            "@torch.enable_grad()\n"
+            "def _total_with_grad(xs, total, w):\n"
+            "    for x in xs:\n"
+            "        if x is None:\n"
+            "            break\n"
+            "        total += (x * w).sum()\n"
+            "    return total\n\n\n"
             "def loop(xs, w):\n"
             "    total = 0\n"
             "    with no_grad():\n"
             "        for x in xs:\n"
             "            pass\n"
-            "        @torch.enable_grad()\n"
-            "        def _with_grad(xs, total, w):\n"
-            "            for x in xs:\n"
-            "                if x is None:\n"
-            "                    break\n"
-            "                total += (x * w).sum()\n"
-            "            return total\n"
-            "        total = _with_grad(xs, total, w)\n"
+            "        total = _total_with_grad(xs, total, w)\n"
             "    return total\n",
+        ),
+        Invalid(  # reads a closure variable of an outer function: the helper goes before the `with`
+            "import torch\n"
+            "def make_step(scale):\n"
+            "    def step(model, x):\n"
+            "        with torch.no_grad():\n"
+            "            feats = model.encoder(x)\n\n"
+            "            torch.set_grad_enabled(True)\n"
+            "            loss = (model.head(feats) * scale).sum()\n"
+            "            loss.backward()\n"
+            "            torch.set_grad_enabled(False)\n"
+            "        return feats\n"
+            "    return step\n",
+            "import torch\n"
+            "def make_step(scale):\n"
+            "    def step(model, x):\n"
+            "        @torch.enable_grad()\n"
+            "        def _backward_with_grad(model, feats):\n"
+            "            loss = (model.head(feats) * scale).sum()\n"
+            "            loss.backward()\n\n"
+            "        with torch.no_grad():\n"
+            "            feats = model.encoder(x)\n\n"
+            "            _backward_with_grad(model, feats)\n"
+            "        return feats\n"
+            "    return step\n",
         ),
         Invalid(  # `return` between the toggles: block style
             "import torch as T\n"
@@ -496,10 +599,7 @@ class NestedToggleHack(Rule):
             node = pair.with_node
             enable, disable = pair.block[pair.start], pair.block[pair.end]
             what = facts.segment(grad_with_regions(facts, node)[-1].expr)
-            message = (
-                f"toggle hack inside `with {what}:`: `set_grad_enabled(True)` … `set_grad_enabled(False)` flips "
-                "the global grad mode by hand, but a scoped `torch.enable_grad()` records graphs here too; "
-            )
+            message = f"toggle hack inside `with {what}:` (line {node.lineno}): it flips the global grad mode by hand"
             fixable = (
                 alone_on_its_line(facts, enable)
                 and alone_on_its_line(facts, disable)
@@ -507,30 +607,24 @@ class NestedToggleHack(Rule):
             )
             moved = pair.moved
             hoisted = trailing_saves(facts, moved)
+            extraction, placement = _Extraction(), ""
             if all(is_neutral_statement(facts, s) for s in moved[: len(moved) - hoisted]):
-                style, extraction = "remove", _Extraction()
-                message += "the statements between the toggles do no tensor work: remove the toggles"
+                style, title = "remove", "Remove the toggles: nothing between them needs grad"
             elif self.opts.get("style") == "block":
-                style, extraction = "block", _Extraction()
-                message += "use `with torch.enable_grad():` instead of the toggles"
+                style, title = "block", "Use `with torch.enable_grad():` instead of the toggles"
             else:
                 extraction = _plan_extraction(facts, pair)
                 if extraction.reason:
                     style = "block"
-                    message += (
-                        "use `with torch.enable_grad():` instead of the toggles "
-                        f"(no helper function: {extraction.reason})"
-                    )
+                    title = f"Use `with torch.enable_grad():` instead of the toggles (no helper: {extraction.reason})"
                 else:
-                    style = "function"
-                    message += "move the statements into a helper decorated with `@torch.enable_grad()`"
+                    style, placement = "function", _placement(facts, pair, extraction)
             helper = ""
             if style == "function":
-                helper, n = HELPER_NAME, 1
-                while helper in taken:
-                    n += 1
-                    helper = f"{HELPER_NAME}_{n}"
+                helper = _helper_name(moved, extraction.returns, taken)
                 taken.add(helper)
+                where = "at module level" if placement == "module" else "before the `with`"
+                title = f"Move the statements into a helper `{helper}` decorated `@torch.enable_grad()`, {where}"
             if fixable and style == "remove" and disable is pair.block[-1]:
                 # The closing toggle's comments would have no statement to stay with.
                 if moved:
@@ -539,10 +633,7 @@ class NestedToggleHack(Rule):
                     first = pair.block[pair.start - 1].end_lineno + 1 if pair.start else enable.lineno
                 fixable = not any("#" in facts.line_text(n) for n in range(first, disable.lineno + 1))
             if not fixable:
-                message += (
-                    " (not fixed automatically: the toggles share a line with other code, `torch` is shadowed, "
-                    "or their comments would have no place to go)"
-                )
+                message += " (not fixed: see `gradfix explain GF202`)"
             line = facts.line_text(enable.lineno)
             indent = line[: len(line) - len(line.lstrip())]
             data = (
@@ -555,13 +646,14 @@ class NestedToggleHack(Rule):
                 extraction.returns,
                 hoisted if style == "block" else 0,
                 indent,
+                (placement, node.lineno),
             )
-            yield self.report(facts, enable, message, fix=fixable, anchors=[node, disable], data=data)
+            yield self.report(facts, enable, message, fix=fixable, fix_title=title, anchors=[node, disable], data=data)
 
     def fix(self, finding, ctx):
         from gradfix.fixer import Edit, FixError
 
-        enable_span, enable_line, disable_line, style, helper, params, returns, hoisted, indent = finding.data
+        enable_span, enable_line, disable_line, style, helper, params, returns, hoisted, indent, where = finding.data
         block = ctx.parent(ctx.node_at(enable_span, cst.SimpleStatementLine))
         if not isinstance(block, cst.IndentedBlock):
             raise FixError("one-line block")
@@ -610,24 +702,30 @@ class NestedToggleHack(Rule):
             edits += [Edit(enable, with_stmt), Edit(disable, cst.RemoveFromParent())]
             return edits
 
-        # function style
+        # function style: the helper goes before the top-level statement or before the `with`
+        placement, with_line = where
         signature = ", ".join(params)
         helper_def = ctx.statement(f"@{torch_name}.enable_grad()\ndef {helper}({signature}):\n    pass\n")
         body = list(moved)
         if returns:
             body.append(ctx.statement(f"return {', '.join(returns)}\n"))
         decorator = helper_def.decorators[0].with_changes(trailing_whitespace=enable.trailing_whitespace)
-        helper_def = helper_def.with_changes(
-            leading_lines=enable.leading_lines,
-            decorators=[decorator],
-            body=cst.IndentedBlock(body=body, indent=block.indent),
-        )
+        helper_def = helper_def.with_changes(decorators=[decorator], body=cst.IndentedBlock(body=body))
         call = f"{helper}({signature})"
         if returns:
             call = f"{', '.join(returns)} = {call}"
         call_stmt = ctx.statement(call + "\n").with_changes(
-            leading_lines=disable.leading_lines, trailing_whitespace=disable.trailing_whitespace
+            leading_lines=[*enable.leading_lines, *disable.leading_lines], trailing_whitespace=disable.trailing_whitespace
         )
-        edits.append(Edit(enable, helper_def))
-        edits.append(Edit(disable, call_stmt))
-        return edits
+        anchor = _anchor(ctx, block, placement, with_line)
+        replaced = {enable: call_stmt, **{s: cst.RemoveFromParent() for s in [*moved, disable]}}
+        new_anchor = anchor.visit(_replacer(replaced))
+        lines = list(anchor.leading_lines)
+        blank = 0
+        while blank < len(lines) and lines[blank].comment is None:
+            blank += 1
+        gap = [cst.EmptyLine(indent=False)] * (2 if placement == "module" else 1)
+        first = placement == "module" and not lines[:blank]
+        helper_def = helper_def.with_changes(leading_lines=gap if first else lines[:blank])
+        new_anchor = new_anchor.with_changes(leading_lines=[*gap, *lines[blank:]])
+        return [Edit(anchor, cst.FlattenSentinel([helper_def, new_anchor]))]
