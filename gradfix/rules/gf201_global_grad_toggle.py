@@ -313,7 +313,9 @@ class GlobalGradToggle(Rule):
         if not by_block:
             return
         generators = _generator_functions(facts)
-        excluded = _toggle_hack_statements(facts, [t for ts in by_block.values() for t in ts])
+        # The toggle hack is GF202's while GF202 runs; with GF202 ignored it is a toggle like any other.
+        hack = _toggle_hack_statements(facts, [t for ts in by_block.values() for t in ts])
+        excluded = hack if self.defers_to("GF202") else set()
         function_verdict: dict[ast.AST, str | None] = {}
         for key, toggles in sorted(by_block.items(), key=lambda kv: kv[1][0].stmt.lineno):
             parent, block = owners[key]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradfix.analysis.variable import fix_variable_call, plan_rewrite, variable_calls
+from gradfix.analysis.variable import fix_variable_call, plan_rewrite, truthiness, variable_calls
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 
@@ -66,7 +66,8 @@ class VariableWrapper(Rule):
     does `from <this module> import *` or imports `Variable` from it, unless `__all__` leaves
     `Variable` out: 2017 scripts took `Variable` that way). Calls with `**kwargs`, the old
     `_grad_fn=`/`name=` arguments or no tensor are reported without a fix; `volatile=` calls
-    are GF401's.
+    are GF401's while GF401 is enabled (with GF401 ignored they are rewritten here the same
+    way, and reported without a fix where `volatile` and `requires_grad` may both be true).
     """
 
     code = "GF402"
@@ -171,12 +172,17 @@ class VariableWrapper(Rule):
     def check(self, facts):
         exact = self.opts.get("style") == "exact"
         for found in variable_calls(facts):
-            if found.volatile is not None:
-                continue  # GF401
+            if found.volatile is not None and self.defers_to("GF401"):
+                continue  # GF401's, while it runs
             text = facts.segment(found.call.func)
             if found.blocker is not None:
                 yield self.report(
                     facts, found.call, f"legacy `{text}(...)` returns a detached alias; not rewritten: {found.blocker}", fix=False
+                )
+                continue
+            if found.volatile is not None and truthiness(found.volatile) is not False is not truthiness(found.requires_grad):
+                yield self.report(
+                    facts, found.call, f"legacy `{text}(...)` with `volatile` and `requires_grad` may raise ValueError", fix=False
                 )
                 continue
             plan = plan_rewrite(facts, found, exact)
