@@ -94,8 +94,6 @@ class VariableWrapper(Rule):
         Valid("from torch.autograd import Variable\n\ndef f(Variable, x):\n    return Variable(x)\n"),
         # GF404's
         Valid("from torch.autograd import Variable\nok = isinstance(x, Variable)\n"),
-        # volatile= is GF401's
-        Valid("from torch.autograd import Variable\nv = Variable(x, volatile=True)\n"),
     ]
     INVALID = [
         # A graph may hang on `batch` here: the exact alias.
