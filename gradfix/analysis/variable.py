@@ -67,7 +67,7 @@ _KEEPING_METHODS = frozenset(
 )
 # Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``).
 _LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
-_EVIDENCE = {"fresh": "a fresh tensor", "data": "a `.data`"}
+_EVIDENCE = {"fresh": "a fresh tensor", "data": "a tensor's `.data`"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
         text = f"{receiver_text(facts, data.value)}.detach()"
         if literal is not False:
             text += f".requires_grad_({wanted_flag})"
-        return Rewrite("detach_data", text, FixSafety.SAFE, "`.data` of a tensor")
+        return Rewrite("detach_data", text, FixSafety.SAFE, _EVIDENCE["data"])
     if grad_free and literal is False:
         return Rewrite("drop", facts.segment(data), FixSafety.SAFE, _EVIDENCE[grad_free])
     if grad_free:

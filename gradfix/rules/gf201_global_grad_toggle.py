@@ -340,9 +340,7 @@ class GlobalGradToggle(Rule):
             yield self.report(
                 facts,
                 t.stmt,
-                f"module-level `{facts.segment(t.call)}` changes the grad mode of every program "
-                "that imports this module; scope it with `with`/a decorator where it is needed "
-                "(no automatic fix)",
+                f"module-level `{facts.segment(t.call)}` changes the grad mode of every program that imports this module",
                 fix=False,
             )
 
@@ -361,8 +359,7 @@ class GlobalGradToggle(Rule):
             end = positions[i + 1] if i + 1 < len(toggles) else len(block)
             if end == positions[i] + 1:
                 reason = (
-                    "it is the last statement of its block, so it looks meant to set the mode for the caller; "
-                    "if so, scope that caller's code instead"
+                    "it ends its block, so it looks meant for the caller"
                     if i + 1 == len(toggles)
                     else "another toggle follows it directly"
                 )
@@ -380,24 +377,17 @@ class GlobalGradToggle(Rule):
             # it sets is the whole script's on purpose, like a toggle under the guard itself.
             return
         if reason is None and _STATE_SETTERS.match(func.name) and any(closer is None for _, closer in units):
-            reason = (
-                f"`{func.name}` looks like a setup method, so the mode it sets is probably meant for the code "
-                "that runs after it; a `with` around the rest of the function would undo that"
-            )
+            reason = f"`{func.name}` looks like a setup method: the mode is meant for what runs after it"
         if reason is None and not _contained(facts, parent, field, block):
             last = units[-1] if units else None
             if last is None or last[1] is None or not toggles[last[1]].restore:
-                reason = (
-                    "it is in a nested block and the mode it sets reaches code after that block "
-                    "(end the block with `set_grad_enabled(True)` or scope it by hand)"
-                )
+                reason = "the mode it sets reaches code after its nested block"
         if reason is not None:
             for t in toggles:
                 yield self.report(
                     facts,
                     t.stmt,
-                    f"bare `{facts.segment(t.call)}` changes the global grad mode for everything that "
-                    f"runs after it, the caller included (no automatic fix: {reason})",
+                    f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller (not fixed: {reason})",
                     fix=False,
                 )
             return
@@ -421,17 +411,9 @@ class GlobalGradToggle(Rule):
                 target = f"`with {scoped}:`"
             between = f" … `{facts.segment(closer.call)}` (line {closer.stmt.lineno})" if closer else ""
             if closer:
-                why = (
-                    "the closing toggle forces a mode the caller may not have (grad back on inside a caller's "
-                    "`no_grad`), and an exception in between skips it, leaving the mode changed"
-                )
+                message = f"bare `{facts.segment(opener.call)}`{between}: the closing toggle forces a mode the caller may not have"
             else:
-                why = "the mode leaks to the caller after the function returns or raises"
-            message = (
-                f"bare `{facts.segment(opener.call)}`{between} toggles the global grad mode: {why}; use {target} "
-                "(unsafe fix: the mode no longer leaks to the caller, and a later bare toggle no longer "
-                "forces a mode the caller did not have)"
-            )
+                message = f"bare `{facts.segment(opener.call)}` toggles the global grad mode: the mode leaks to the caller"
             plan = _FixPlan(
                 "decorator" if decorator else "with",
                 facts.span(opener.stmt),
@@ -444,7 +426,7 @@ class GlobalGradToggle(Rule):
                 keep_call,
             )
             yield self.report(
-                facts, opener.stmt, message, anchors=[closer.stmt] if closer else [], data=plan
+                facts, opener.stmt, message, fix_title=f"Use {target}", anchors=[closer.stmt] if closer else [], data=plan
             )
 
     # -- fix --------------------------------------------------------------------------------
@@ -648,11 +630,11 @@ def _saved_mode_names(facts: FileFacts) -> set[str]:
 
 def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:
     if field != "body":
-        return "it runs only under a condition (an `else`/`finally` branch)"
+        return "it runs only under a condition (`else`/`finally`)"
     child, node = block[0], parent
     while node is not None and node is not func:
         if isinstance(node, _CONDITIONAL_PARENTS) or _field_of(node, child) in ("orelse", "finalbody"):
-            return "it runs only under a condition (conditional toggles)"
+            return "it runs only under a condition"
         child, node = node, facts.parents.get(node)
     stmts_by_line: dict[int, int] = {}
     for stmt in block:

@@ -633,7 +633,7 @@ class NestedToggleHack(Rule):
                     first = pair.block[pair.start - 1].end_lineno + 1 if pair.start else enable.lineno
                 fixable = not any("#" in facts.line_text(n) for n in range(first, disable.lineno + 1))
             if not fixable:
-                message += " (not fixed: see `gradfix explain GF202`)"
+                message += " (not auto-fixable here)"
             line = facts.line_text(enable.lineno)
             indent = line[: len(line) - len(line.lstrip())]
             data = (

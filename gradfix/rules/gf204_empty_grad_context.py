@@ -119,8 +119,8 @@ class EmptyGradContext(Rule):
                 yield self.report(
                     facts,
                     node,
-                    f"`with {what}:` wraps no tensor computation (only del/pass/cleanup/logging); "
-                    "the grad mode has no effect here: remove the block",
+                    f"`with {what}:` wraps no tensor computation (only del/pass/cleanup/logging)",
+                    fix_title="Remove the block, keep its statements",
                     anchors=[node],
                 )
 

@@ -343,9 +343,8 @@ class PreferInferenceMode(Rule):
             yield self.report(
                 facts,
                 region.expr,
-                f"`{func.name}` only runs inference under `{what}`: `inference_mode()` is faster. "
-                "Unsafe: the tensors it returns become inference tensors, which cannot be saved for "
-                "backward or updated in place outside inference mode later",
+                f"`{func.name}` only runs inference under `{what}`: `torch.inference_mode()` is faster",
+                fix_title="Use `torch.inference_mode()` (its tensors can never enter autograd later)",
                 fix=fixable,
                 anchors=[func, region.owner],
                 data=import_from,

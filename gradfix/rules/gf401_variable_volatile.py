@@ -53,7 +53,7 @@ class VariableVolatile(Rule):
     `.requires_grad_(flag)` when the call passes a true or unknown `requires_grad=`), which is
     what the call returns today; only the deprecation warning goes. `style = "exact"`
     (option of GF401) always writes `x.detach()`. Wrapping the forward pass in `torch.no_grad()` changes what autograd records, so
-    it is only suggested in the message, never applied. A call that passes both a true
+    it is only suggested in the fix title, never applied. A call that passes both a true
     `volatile` and a true `requires_grad` raises `ValueError` today ("Variable can't be
     volatile and require_grad at the same time!"); when either flag is not a literal and
     the other may be true, the call is reported without a fix, as are calls with
@@ -157,11 +157,11 @@ class VariableVolatile(Rule):
                 yield self.report(facts, found.call, f"{why}; not rewritten: {found.blocker}", fix=False)
                 continue
             if volatile is not False and requires_grad is not False:
-                raises = "raise" if (volatile, requires_grad) == (True, True) else "raise when both are true"
+                when = "" if (volatile, requires_grad) == (True, True) else " when both are true"
                 yield self.report(
                     facts,
                     found.call,
-                    f"`volatile` and `requires_grad` {raises} ValueError (can't be volatile and require grad)",
+                    f"`volatile` with `requires_grad` raises ValueError{when} (can't be volatile and require grad)",
                     fix=False,
                 )
                 continue

@@ -141,7 +141,7 @@ class VariableTypeCheck(Rule):
         return self.report(
             facts,
             node,
-            f"`{text}` is always {not negated} since PyTorch 0.4 (a tensor's type is `torch.Tensor`)"
+            f"`{text}` is always {negated} since PyTorch 0.4 (a tensor's type is `torch.Tensor`)"
             + ("" if negated else ": the branch is dead"),
             fix=FixSafety.UNSAFE if fixable else False,
             fix_title=f"Write `{wanted}` (the branch runs again for tensors)",
