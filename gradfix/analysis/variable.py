@@ -84,6 +84,7 @@ class Rewrite:
     kind: str
     text: str
     safety: FixSafety
+    data: ast.expr | None = None  # the wrapped argument
     evidence: str = ""  # why this form, for the message ("the argument is a fresh tensor")
     assumption: str = ""
 
@@ -110,29 +111,30 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
         text = f"{receiver_text(facts, data.value)}.detach()"
         if literal is not False:
             text += f".requires_grad_({wanted_flag})"
-        return Rewrite("detach_data", text, FixSafety.SAFE, _EVIDENCE["data"])
+        return Rewrite("detach_data", text, FixSafety.SAFE, data, _EVIDENCE["data"])
     if grad_free and literal is False:
-        return Rewrite("drop", facts.segment(data), FixSafety.SAFE, _EVIDENCE[grad_free])
+        return Rewrite("drop", facts.segment(data), FixSafety.SAFE, data, _EVIDENCE[grad_free])
     if grad_free:
         if _takes_requires_grad(facts, data):
             text = facts.segment(data)[:-1].rstrip().rstrip(",")
             sep = "" if text.endswith("(") else ", "
             shown_flag = "True" if literal is True else flag_text(facts, flag)
-            return Rewrite("constructor_flag", f"{text}{sep}requires_grad={shown_flag})", FixSafety.SAFE, _EVIDENCE["fresh"])
-        return Rewrite("requires_grad", f"{receiver}.requires_grad_({wanted_flag})", FixSafety.SAFE, _EVIDENCE[grad_free])
+            return Rewrite("constructor_flag", f"{text}{sep}requires_grad={shown_flag})", FixSafety.SAFE, data, _EVIDENCE["fresh"])
+        return Rewrite("requires_grad", f"{receiver}.requires_grad_({wanted_flag})", FixSafety.SAFE, data, _EVIDENCE[grad_free])
     if not exact and literal is False and _loader_batch(facts, data, found.call):
         name = _root(data).id
         return Rewrite(
             "drop",
             facts.segment(data),
             FixSafety.UNSAFE,
+            data,
             f"the loader batch `{name}`",
             "assumes the batch needs no grad",
         )
     text = f"{receiver}.detach()"
     if flag is not None and (exact or literal is not False):
         text += f".requires_grad_({flag_text(facts, flag) if exact else wanted_flag})"
-    return Rewrite("exact" if exact else "detach", text, FixSafety.SAFE)
+    return Rewrite("exact" if exact else "detach", text, FixSafety.SAFE, data)
 
 
 def _call_name(call: ast.Call) -> str:
@@ -435,15 +437,69 @@ def cst_variable_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
 
 
 def fix_variable_call(finding, ctx):
-    """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None)``;
-    drops the ``Variable`` import once no use is left."""
-    from gradfix.fixer import Edit
+    """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None,
+    span of a self-assignment to remove or None)``; drops the ``Variable`` import once no use
+    is left."""
+    from gradfix.fixer import Edit, FixError
 
-    kind, module = finding.data
-    call = ctx.node_at(finding.span, cst.Call)
+    kind, module, statement = finding.data
     if module:
         ctx.remove_import_if_unused(module, "Variable")
+    if statement is not None:
+        line = ctx.parent(ctx.node_at(statement, cst.Assign))
+        if not isinstance(line, cst.SimpleStatementLine):
+            raise FixError("the assignment moved")
+        return [Edit(line, cst.RemoveFromParent())]
+    call = ctx.node_at(finding.span, cst.Call)
     return [Edit(call, rewritten(ctx, call, kind).with_changes(lpar=call.lpar, rpar=call.rpar))]
+
+
+def report_rewrites(rule, facts, planned):
+    """The findings of a rule for ``(call, Rewrite, message[, title suffix])`` entries; a
+    statement that would assign a batch to itself once its wrappers go is removed instead."""
+    removed = self_assignments(facts, {found.call: plan for found, plan, *_ in planned})
+    for found, plan, message, *suffix in planned:
+        statement = removed.get(found.call)
+        title = plan.title
+        if statement is not None:
+            title = f"Remove the line: without the wrappers it assigns the batch to itself ({plan.assumption})"
+        yield rule.report(
+            facts,
+            found.call,
+            message,
+            fix=plan.safety,
+            fix_title=title + "".join(suffix),
+            data=(plan.kind, found.import_module, facts.span(statement) if statement is not None else None),
+        )
+
+
+def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, ast.Assign]:
+    """The calls whose statement would read ``data = data`` (``data, target = data, target``)
+    once every wrapper in it is dropped: that statement goes instead. Only for a one-line
+    statement with no comment that is not alone in its block (its place needs no ``pass``)."""
+    found: dict[ast.Call, ast.Assign] = {}
+    for call, plan in plans.items():
+        stmt = facts.parents.get(call)
+        if isinstance(stmt, ast.Tuple):
+            stmt = facts.parents.get(stmt)
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or stmt in found.values():
+            continue
+        target, value = stmt.targets[0], stmt.value
+        pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) else [(target, value)]
+        if len(pairs) != len(getattr(target, "elts", [target])) or not all(
+            isinstance(t, ast.Name) and isinstance(v, ast.Call) and v in plans and plans[v].kind == "drop"
+            and isinstance(plans[v].data, ast.Name) and plans[v].data.id == t.id
+            for t, v in pairs
+        ):
+            continue
+        block = next((getattr(p, f) for p in [facts.parents.get(stmt)] for f in ("body", "orelse", "finalbody")
+                      if any(s is stmt for s in getattr(p, f, []) or [])), [])
+        text = facts.line_text(stmt.lineno)
+        if stmt.lineno != stmt.end_lineno or "#" in text or len(block) < 2 or text.strip() != facts.segment(stmt):
+            continue
+        for _, v in pairs:
+            found[v] = stmt
+    return found
 
 
 def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:

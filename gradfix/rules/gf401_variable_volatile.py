@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from gradfix.analysis.variable import fix_variable_call, plan_rewrite, truthiness, variable_calls
+from gradfix.analysis.variable import fix_variable_call, plan_rewrite, report_rewrites, truthiness, variable_calls
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 
@@ -133,6 +133,7 @@ class VariableVolatile(Rule):
 
     def check(self, facts):
         exact = self.opts.get("style") == "exact"
+        planned = []
         for found in variable_calls(facts):
             if found.volatile is None:
                 continue
@@ -166,15 +167,8 @@ class VariableVolatile(Rule):
                 )
                 continue
             plan = plan_rewrite(facts, found, exact)
-            message = why
-            yield self.report(
-                facts,
-                found.call,
-                message,
-                fix=plan.safety,
-                fix_title=plan.title + hint,
-                data=(plan.kind, found.import_module),
-            )
+            planned.append((found, plan, why, hint))
+        yield from report_rewrites(self, facts, planned)
 
     def fix(self, finding, ctx):
         return fix_variable_call(finding, ctx)

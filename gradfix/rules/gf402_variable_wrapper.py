@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradfix.analysis.variable import fix_variable_call, plan_rewrite, truthiness, variable_calls
+from gradfix.analysis.variable import fix_variable_call, plan_rewrite, report_rewrites, truthiness, variable_calls
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 
@@ -29,6 +29,7 @@ class VariableWrapper(Rule):
     weights = Variable(torch.zeros(3), requires_grad=True)
     for data, target in train_loader:
         data, target = Variable(data), Variable(target)
+        output = model(data)
     features = Variable(encoder(x))
     ```
 
@@ -38,7 +39,7 @@ class VariableWrapper(Rule):
     hidden = hidden.detach()
     weights = torch.zeros(3, requires_grad=True)
     for data, target in train_loader:
-        pass  # the batch as it is
+        output = model(data)
     features = encoder(x).detach()
     ```
 
@@ -54,7 +55,9 @@ class VariableWrapper(Rule):
       requires_grad=flag)` where the constructor takes it, else `<fresh>.requires_grad_(flag)`;
     - a name a `for` loop takes from a data loader (`for data, target in train_loader:`),
       not rebound in the loop: **unsafe**, the wrapper goes on the assumption that the batch
-      needs no grad (a custom collate could hand out tensors that do);
+      needs no grad (a custom collate could hand out tensors that do); a line that would then
+      read `data, target = data, target` is removed (one-line, without comments, not alone
+      in its block);
     - anything else: safe, `x.detach()` (`x.detach().requires_grad_(flag)`), exactly what
       `Variable` returns today. Non-atomic arguments are parenthesized.
     With `style = "exact"` (option of GF402) every call becomes `x.detach()`
@@ -127,13 +130,14 @@ class VariableWrapper(Rule):
             "import torch\nw = torch.zeros(3).detach().requires_grad_(True)\n",
             options={"style": "exact"},
         ),
-        # A batch from the loader: the wrapper goes (unsafe: it assumes the batch needs no grad).
+        # A batch from the loader: the wrapper goes (unsafe: it assumes the batch needs no grad),
+        # and so does the line that would then assign the batch to itself.
         Invalid(
             "from torch.autograd import Variable\n\ndef train(model, train_loader):\n"
             "    for data, target in train_loader:\n        data, target = Variable(data), Variable(target)\n"
             "        model(data).sum().backward()\n",
             "def train(model, train_loader):\n"
-            "    for data, target in train_loader:\n        data, target = data, target\n"
+            "    for data, target in train_loader:\n"
             "        model(data).sum().backward()\n",
             count=2,
         ),
@@ -169,6 +173,7 @@ class VariableWrapper(Rule):
 
     def check(self, facts):
         exact = self.opts.get("style") == "exact"
+        planned = []
         for found in variable_calls(facts):
             if found.volatile is not None and self.defers_to("GF401"):
                 continue  # GF401's, while it runs
@@ -185,14 +190,8 @@ class VariableWrapper(Rule):
                 continue
             plan = plan_rewrite(facts, found, exact)
             message = f"legacy `{text}(...)` of {plan.evidence or 'a tensor'}: since PyTorch 0.4 it returns a detached alias"
-            yield self.report(
-                facts,
-                found.call,
-                message,
-                fix=plan.safety,
-                fix_title=plan.title,
-                data=(plan.kind, found.import_module),
-            )
+            planned.append((found, plan, message))
+        yield from report_rewrites(self, facts, planned)
 
     def fix(self, finding, ctx):
         return fix_variable_call(finding, ctx)
