@@ -454,10 +454,30 @@ def fix_variable_call(finding, ctx):
     return [Edit(call, rewritten(ctx, call, kind).with_changes(lpar=call.lpar, rpar=call.rpar))]
 
 
-def report_rewrites(rule, facts, planned):
+def raises_value_error(found: VariableCall) -> bool:
+    """``volatile`` and ``requires_grad`` may both be true: the call raises ValueError today."""
+    return found.volatile is not None and truthiness(found.volatile) is not False is not truthiness(found.requires_grad)
+
+
+def run_plans(facts, rule, exact: bool) -> dict[ast.Call, Rewrite]:
+    """The rewrite of every ``Variable`` call that GF401 or GF402 rewrites in this run:
+    ``volatile=`` calls are GF401's while it is enabled, the others GF402's."""
+    def on(code: str) -> bool:
+        return code == rule.code or rule.defers_to(code)
+
+    plans = {}
+    for found in variable_calls(facts):
+        owner = "GF401" if found.volatile is not None and on("GF401") else "GF402"
+        if on(owner) and found.blocker is None and not raises_value_error(found):
+            plans[found.call] = plan_rewrite(facts, found, exact)
+    return plans
+
+
+def report_rewrites(rule, facts, planned, exact: bool):
     """The findings of a rule for ``(call, Rewrite, message[, title suffix])`` entries; a
-    statement that would assign a batch to itself once its wrappers go is removed instead."""
-    removed = self_assignments(facts, {found.call: plan for found, plan, *_ in planned})
+    statement that would assign batches to themselves once every wrapper in it goes (by
+    whichever of GF401/GF402 runs) is removed instead."""
+    removed = self_assignments(facts, run_plans(facts, rule, exact))
     for found, plan, message, *suffix in planned:
         statement = removed.get(found.call)
         title = plan.title

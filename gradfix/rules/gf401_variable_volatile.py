@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import ast
 
-from gradfix.analysis.variable import fix_variable_call, plan_rewrite, report_rewrites, truthiness, variable_calls
+from gradfix.analysis.variable import (
+    fix_variable_call,
+    plan_rewrite,
+    raises_value_error,
+    report_rewrites,
+    truthiness,
+    variable_calls,
+)
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 
@@ -157,7 +164,7 @@ class VariableVolatile(Rule):
             if found.blocker is not None:
                 yield self.report(facts, found.call, f"{why}; not rewritten: {found.blocker}", fix=False)
                 continue
-            if volatile is not False and requires_grad is not False:
+            if raises_value_error(found):
                 when = "" if (volatile, requires_grad) == (True, True) else " when both are true"
                 yield self.report(
                     facts,
@@ -168,7 +175,7 @@ class VariableVolatile(Rule):
                 continue
             plan = plan_rewrite(facts, found, exact)
             planned.append((found, plan, why, hint))
-        yield from report_rewrites(self, facts, planned)
+        yield from report_rewrites(self, facts, planned, exact)
 
     def fix(self, finding, ctx):
         return fix_variable_call(finding, ctx)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gradfix.analysis.variable import fix_variable_call, plan_rewrite, report_rewrites, truthiness, variable_calls
+from gradfix.analysis.variable import fix_variable_call, plan_rewrite, raises_value_error, report_rewrites, variable_calls
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 
@@ -183,7 +183,7 @@ class VariableWrapper(Rule):
                     facts, found.call, f"legacy `{text}(...)` returns a detached alias; not rewritten: {found.blocker}", fix=False
                 )
                 continue
-            if found.volatile is not None and truthiness(found.volatile) is not False is not truthiness(found.requires_grad):
+            if raises_value_error(found):
                 yield self.report(
                     facts, found.call, f"legacy `{text}(...)` with `volatile` and `requires_grad` may raise ValueError", fix=False
                 )
@@ -191,7 +191,7 @@ class VariableWrapper(Rule):
             plan = plan_rewrite(facts, found, exact)
             message = f"legacy `{text}(...)` of {plan.evidence or 'a tensor'}: since PyTorch 0.4 it returns a detached alias"
             planned.append((found, plan, message))
-        yield from report_rewrites(self, facts, planned)
+        yield from report_rewrites(self, facts, planned, exact)
 
     def fix(self, finding, ctx):
         return fix_variable_call(finding, ctx)

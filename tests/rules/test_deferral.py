@@ -40,3 +40,19 @@ def test_gf402_rewrites_volatile_calls_when_gf401_is_ignored():
     both = "from torch.autograd import Variable\nv = Variable(x, volatile=True, requires_grad=True)\n"
     assert _codes(both, select=("GF402",)) == ["GF402"]
     assert fix(both, settings=Settings(select=("GF402",), unsafe_fixes=True)) == both
+
+
+MNIST_TEST = (
+    "from torch.autograd import Variable\n\ndef test(model, test_loader):\n    for data, target in test_loader:\n"
+    "        data, target = Variable(data, volatile=True), Variable(target)\n        model(data)\n"
+)
+
+
+def test_a_line_assigning_batches_to_themselves_goes_when_both_wrapper_rules_run():
+    fixed = fix(MNIST_TEST, settings=Settings(select=("GF401", "GF402"), unsafe_fixes=True))
+    assert fixed == "def test(model, test_loader):\n    for data, target in test_loader:\n        model(data)\n"
+
+
+def test_the_line_stays_when_the_other_wrapper_rule_is_ignored():
+    fixed = fix(MNIST_TEST, settings=Settings(select=("GF401",), unsafe_fixes=True))
+    assert "        data, target = data, Variable(target)\n" in fixed
