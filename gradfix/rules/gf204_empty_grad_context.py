@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from gradfix.analysis.regions import droppable_grad_with, is_neutral_statement
+from gradfix.analysis.regions import droppable_grad_with, is_inert_save, is_neutral_statement
 from gradfix.analysis.statements import unwrap_with
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -42,8 +42,9 @@ class EmptyGradContext(Rule):
     Safe: the statements run unchanged, outside the block; comments are kept. Any other call
     (or an argument that computes a tensor, whose printed `grad_fn` would differ), a `with`
     that also holds another context manager or binds a name with `as`, or a mode argument
-    that is not a plain name or constant keeps the rule silent. A block that ends with
-    `torch.save(...)` is GF203's.
+    that is not a plain name or constant keeps the rule silent. A block that holds a
+    `torch.save(...)` is GF203's while GF203 is enabled; with GF203 ignored, a save whose
+    arguments compute nothing counts as grad-neutral here (it writes the same file in any mode).
     """
 
     code = "GF204"
@@ -55,7 +56,7 @@ class EmptyGradContext(Rule):
     VALID = [
         Valid("import torch\nwith torch.no_grad():\n    y = model(x)\n    del x\n"),
         Valid("import torch\nwith torch.no_grad():\n    print(model(x))\n"),
-        Valid("import torch\nwith torch.no_grad():\n    torch.save(model.state_dict(), 'm.pth')\n"),
+        # A block holding `torch.save` is GF203's while GF203 runs: tests/rules/test_deferral.py.
         Valid("import torch\nwith torch.no_grad(), open(p) as fh:\n    pass\n"),
         Valid("import torch\nwith torch.no_grad() as ctx:\n    pass\n"),
         Valid("import torch\nwith torch.no_grad():\n    cleanup(x)\n"),
@@ -111,10 +112,15 @@ class EmptyGradContext(Rule):
     ]
 
     def check(self, facts):
+        # A `torch.save` of computed-nothing arguments is grad-neutral too (GF203's facts); a
+        # block holding one is GF203's while GF203 runs.
+        saves_are_mine = not self.defers_to("GF203")
         for node in facts.withs:
             if not droppable_grad_with(facts, node) or not node.body:
                 continue
-            if all(is_neutral_statement(facts, stmt) for stmt in node.body):
+            if all(
+                is_neutral_statement(facts, stmt) or (saves_are_mine and is_inert_save(facts, stmt)) for stmt in node.body
+            ):
                 what = facts.segment(node.items[0].context_expr)
                 yield self.report(
                     facts,

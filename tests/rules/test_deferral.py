@@ -56,3 +56,13 @@ def test_a_line_assigning_batches_to_themselves_goes_when_both_wrapper_rules_run
 def test_the_line_stays_when_the_other_wrapper_rule_is_ignored():
     fixed = fix(MNIST_TEST, settings=Settings(select=("GF401",), unsafe_fixes=True))
     assert "        data, target = data, Variable(target)\n" in fixed
+
+
+SAVE_BLOCK = "import torch\nwith torch.no_grad():\n    del outputs\n    torch.save(model.state_dict(), 'm.pt')\n"
+
+
+def test_gf204_unwraps_a_block_with_a_save_when_gf203_is_ignored():
+    assert _codes(SAVE_BLOCK, select=("GF203", "GF204")) == ["GF203"]
+    assert _codes(SAVE_BLOCK, select=("GF204",)) == ["GF204"]
+    fixed = fix(SAVE_BLOCK, settings=Settings(select=("GF204",)))
+    assert fixed == "import torch\ndel outputs\ntorch.save(model.state_dict(), 'm.pt')\n"
