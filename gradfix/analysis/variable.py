@@ -19,6 +19,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from gradfix.analysis.statements import statement_block
 from gradfix.facts import dotted_name, target_names
 from gradfix.model import FixSafety
 
@@ -496,7 +497,7 @@ def report_rewrites(rule, facts, planned, exact: bool):
 def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, ast.Assign]:
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead. Only for a one-line
-    statement with no comment that is not alone in its block (its place needs no ``pass``)."""
+    statement with no comment, and not for every statement of a block (it needs one)."""
     found: dict[ast.Call, ast.Assign] = {}
     for call, plan in plans.items():
         stmt = facts.parents.get(call)
@@ -512,13 +513,17 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, as
             for t, v in pairs
         ):
             continue
-        block = next((getattr(p, f) for p in [facts.parents.get(stmt)] for f in ("body", "orelse", "finalbody")
-                      if any(s is stmt for s in getattr(p, f, []) or [])), [])
         text = facts.line_text(stmt.lineno)
-        if stmt.lineno != stmt.end_lineno or "#" in text or len(block) < 2 or text.strip() != facts.segment(stmt):
+        if stmt.lineno != stmt.end_lineno or "#" in text or text.strip() != facts.segment(stmt):
             continue
         for _, v in pairs:
             found[v] = stmt
+    # A block must keep a statement: where every statement of it would go, none goes.
+    for stmt in set(found.values()):
+        where = statement_block(facts, stmt)
+        block = getattr(*where) if where else []
+        if all(s in found.values() for s in block):
+            found = {c: s for c, s in found.items() if s not in block}
     return found
 
 

@@ -141,6 +141,13 @@ class VariableWrapper(Rule):
             "        model(data).sum().backward()\n",
             count=2,
         ),
+        # A block keeps a statement: where every line would go, none goes.
+        Invalid(
+            "from torch.autograd import Variable\ndef f(val_loader):\n    for data, target in val_loader:\n"
+            "        data = Variable(data)\n        target = Variable(target)\n",
+            "def f(val_loader):\n    for data, target in val_loader:\n        data = data\n        target = target\n",
+            count=2,
+        ),
         Invalid(
             "import torch.autograd as ag\ns = ag.Variable(a + b, requires_grad = trainable)\n",
             "import torch.autograd as ag\ns = (a + b).detach().requires_grad_(trainable)\n",
