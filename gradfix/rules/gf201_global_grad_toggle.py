@@ -127,7 +127,8 @@ class GlobalGradToggle(Rule):
     a `try`) whose last toggle is not a closing `set_grad_enabled(True)`, since code after
     the block would change too. Functions that save the mode with `torch.is_grad_enabled()`
     and restore it are correct and never reported, and neither are the toggles of the
-    GF202 pattern (`True` … `False` inside a grad-disabled `with`). Nor are lone toggles in a
+    GF202 pattern (`True` … `False` inside a grad-disabled `with`) while GF202 is enabled
+    (with GF202 ignored they are this rule's: the pair becomes `with torch.enable_grad():`). Nor are lone toggles in a
     script's entry point (`main`, `main_worker`, …, a module-level function the file uses only
     under its `if __name__ == "__main__":` guard): like a toggle under the guard itself, they
     set the mode of the whole program on purpose, and nothing runs after them to see the leak.
