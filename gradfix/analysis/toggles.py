@@ -128,3 +128,30 @@ def toggle_pairs(facts) -> list[TogglePair]:
             pairs.extend(found)
     _PAIRS[facts] = pairs
     return pairs
+
+
+def hack_statements(facts, toggles: list[tuple[ast.stmt, bool | None]]) -> set[ast.stmt]:
+    """The bare toggles (``(statement, literal mode)``) that belong to the hack.
+
+    Generous on purpose (a superset of :func:`toggle_pairs`): every bare toggle in a
+    grad-disabled region that holds a literal ``True`` toggle followed by a literal ``False``
+    one, so that a rule leaving the hack to GF202 never half-handles such a region.
+    """
+    in_region: dict[int, list[tuple[ast.stmt, bool | None]]] = {}
+    for stmt, mode in toggles:
+        regions = facts.regions_around(stmt)
+        if regions and regions[0].disables:
+            in_region.setdefault(id(regions[0]), []).append((stmt, mode))
+    found: set[ast.stmt] = set()
+    for pair in toggle_pairs(facts):
+        found.update((pair.block[pair.start], pair.block[pair.end]))
+    for members in in_region.values():
+        members.sort(key=lambda m: (m[0].lineno, m[0].col_offset))
+        seen_true = False
+        for _, mode in members:
+            if mode is True:
+                seen_true = True
+            elif mode is False and seen_true:
+                found.update(stmt for stmt, _ in members)
+                break
+    return found

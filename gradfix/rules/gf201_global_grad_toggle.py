@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from gradfix.analysis.toggles import toggle_pairs
+from gradfix.analysis.toggles import hack_statements
 from gradfix.facts import FileFacts, dotted_name, literal_bool
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
@@ -310,7 +310,7 @@ class GlobalGradToggle(Rule):
             return
         generators = _generator_functions(facts)
         # The toggle hack is GF202's while GF202 runs; with GF202 ignored it is a toggle like any other.
-        hack = _toggle_hack_statements(facts, [t for ts in by_block.values() for t in ts])
+        hack = hack_statements(facts, [(t.stmt, t.mode) for ts in by_block.values() for t in ts])
         excluded = hack if self.defers_to("GF202") else set()
         function_verdict: dict[ast.AST, str | None] = {}
         for key, toggles in sorted(by_block.items(), key=lambda kv: kv[1][0].stmt.lineno):
@@ -558,32 +558,6 @@ def _generator_functions(facts: FileFacts) -> set[ast.AST]:
         if func is not None and isinstance(node, (ast.Yield, ast.YieldFrom)):
             out.add(func)
     return out
-
-
-def _toggle_hack_statements(facts: FileFacts, toggles: list[_Toggle]) -> set[ast.stmt]:
-    """Toggles of the GF202 pattern (``True`` … ``False`` inside a grad-disabled region).
-
-    Generous on purpose: every bare toggle in a grad-disabled region that holds a literal
-    ``True`` toggle followed by a literal ``False`` one belongs to GF202, not here.
-    """
-    in_region: dict[int, list[_Toggle]] = {}
-    for t in toggles:
-        regions = facts.regions_around(t.stmt)
-        if regions and regions[0].disables:
-            in_region.setdefault(id(regions[0]), []).append(t)
-    excluded: set[ast.stmt] = set()
-    for pair in toggle_pairs(facts):  # exactly GF202's pairs (mine below are a superset)
-        excluded.update((pair.block[pair.start], pair.block[pair.end]))
-    for members in in_region.values():
-        members.sort(key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
-        seen_true = False
-        for t in members:
-            if t.mode is True:
-                seen_true = True
-            elif t.mode is False and seen_true:
-                excluded.update(m.stmt for m in members)
-                break
-    return excluded
 
 
 def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
