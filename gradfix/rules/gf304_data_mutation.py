@@ -398,7 +398,7 @@ class DataMutation(Rule):
             attr = ctx.node_at(where[0], cst.Attribute)
             return [Edit(attr, attr.value)]
         span, attr_spans = where
-        drop = _DropData({ctx.node_at(s, cst.Attribute) for s in attr_spans})
+        drop = _drop_data({ctx.node_at(s, cst.Attribute) for s in attr_spans})
         if mode == "decorate":
             return decorate_with_no_grad(ctx, span, lambda s: s.visit(drop))
         return wrap_in_no_grad(ctx, span, lambda s: s.visit(drop))
@@ -432,12 +432,12 @@ def _loop_of_writes(facts, stmts: list[ast.stmt], writes: set[ast.stmt]):
     return loop if can_wrap(facts, [loop]) else None
 
 
-class _DropData(cst.CSTTransformer):
-    """``X.data`` -> ``X`` for the given original ``Attribute`` nodes."""
+def _drop_data(targets):
+    """A transformer that rewrites ``X.data`` -> ``X`` for the given original ``Attribute`` nodes
+    (the class is built on first use: libcst loads lazily)."""
 
-    def __init__(self, targets):
-        super().__init__()
-        self.targets = targets
+    class DropData(cst.CSTTransformer):
+        def leave_Attribute(self, original_node, updated_node):
+            return updated_node.value if original_node in targets else updated_node
 
-    def leave_Attribute(self, original_node, updated_node):
-        return updated_node.value if original_node in self.targets else updated_node
+    return DropData()
