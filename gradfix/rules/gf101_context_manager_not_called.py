@@ -75,9 +75,8 @@ class ContextManagerNotCalled(Rule):
                 yield self.report(
                     facts,
                     region.expr,
-                    f"`{what}` is not called: `with {what}:` raises TypeError; write `with {what}():`"
-                    if fixable
-                    else f"`{what}` is not called: `with {what}:` raises TypeError; pass a mode, e.g. `{what}(False)`",
+                    f"`{what}` is not called: `with {what}:` raises TypeError"
+                    + ("" if fixable else " (it needs a mode)"),
                     fix=fixable,
                     anchors=[region.owner],
                 )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from gradfix.analysis.toggles import hack_statements
 from gradfix.facts import FileFacts, dotted_name, literal_bool
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
@@ -126,7 +127,8 @@ class GlobalGradToggle(Rule):
     a `try`) whose last toggle is not a closing `set_grad_enabled(True)`, since code after
     the block would change too. Functions that save the mode with `torch.is_grad_enabled()`
     and restore it are correct and never reported, and neither are the toggles of the
-    GF202 pattern (`True` … `False` inside a grad-disabled `with`). Nor are lone toggles in a
+    GF202 pattern (`True` … `False` inside a grad-disabled `with`) while GF202 is enabled
+    (with GF202 ignored they are this rule's: the pair becomes `with torch.enable_grad():`). Nor are lone toggles in a
     script's entry point (`main`, `main_worker`, …, a module-level function the file uses only
     under its `if __name__ == "__main__":` guard): like a toggle under the guard itself, they
     set the mode of the whole program on purpose, and nothing runs after them to see the leak.
@@ -149,12 +151,7 @@ class GlobalGradToggle(Rule):
             "import torch\ndef f(x):\n    prev = torch.is_grad_enabled()\n    torch.set_grad_enabled(False)\n"
             "    try:\n        return g(x)\n    finally:\n        torch.set_grad_enabled(prev)\n"
         ),
-        # The GF202 pattern belongs to GF202.
-        Valid(
-            "import torch\ndef f(x):\n    with torch.no_grad():\n        a = enc(x)\n"
-            "        torch.set_grad_enabled(True)\n        b = head(a)\n        torch.set_grad_enabled(False)\n"
-            "    return b\n"
-        ),
+        # The GF202 pattern belongs to GF202 while GF202 runs: tests/rules/test_deferral.py.
         # A script's global setting.
         Valid("import torch\nif __name__ == '__main__':\n    torch.set_grad_enabled(False)\n    main()\n"),
         # The script's entry point, run only from the `__main__` guard: the same global setting
@@ -312,7 +309,9 @@ class GlobalGradToggle(Rule):
         if not by_block:
             return
         generators = _generator_functions(facts)
-        excluded = _toggle_hack_statements(facts, [t for ts in by_block.values() for t in ts])
+        # The toggle hack is GF202's while GF202 runs; with GF202 ignored it is a toggle like any other.
+        hack = hack_statements(facts, [(t.stmt, t.mode) for ts in by_block.values() for t in ts])
+        excluded = hack if self.defers_to("GF202") else set()
         function_verdict: dict[ast.AST, str | None] = {}
         for key, toggles in sorted(by_block.items(), key=lambda kv: kv[1][0].stmt.lineno):
             parent, block = owners[key]
@@ -342,9 +341,7 @@ class GlobalGradToggle(Rule):
             yield self.report(
                 facts,
                 t.stmt,
-                f"module-level `{facts.segment(t.call)}` changes the grad mode of every program "
-                "that imports this module; scope it with `with`/a decorator where it is needed "
-                "(no automatic fix)",
+                f"module-level `{facts.segment(t.call)}` changes the grad mode of every program that imports this module",
                 fix=False,
             )
 
@@ -363,8 +360,7 @@ class GlobalGradToggle(Rule):
             end = positions[i + 1] if i + 1 < len(toggles) else len(block)
             if end == positions[i] + 1:
                 reason = (
-                    "it is the last statement of its block, so it looks meant to set the mode for the caller; "
-                    "if so, scope that caller's code instead"
+                    "it ends its block, so it looks meant for the caller"
                     if i + 1 == len(toggles)
                     else "another toggle follows it directly"
                 )
@@ -382,24 +378,17 @@ class GlobalGradToggle(Rule):
             # it sets is the whole script's on purpose, like a toggle under the guard itself.
             return
         if reason is None and _STATE_SETTERS.match(func.name) and any(closer is None for _, closer in units):
-            reason = (
-                f"`{func.name}` looks like a setup method, so the mode it sets is probably meant for the code "
-                "that runs after it; a `with` around the rest of the function would undo that"
-            )
+            reason = f"`{func.name}` looks like a setup method: the mode is meant for what runs after it"
         if reason is None and not _contained(facts, parent, field, block):
             last = units[-1] if units else None
             if last is None or last[1] is None or not toggles[last[1]].restore:
-                reason = (
-                    "it is in a nested block and the mode it sets reaches code after that block "
-                    "(end the block with `set_grad_enabled(True)` or scope it by hand)"
-                )
+                reason = "the mode it sets reaches code after its nested block"
         if reason is not None:
             for t in toggles:
                 yield self.report(
                     facts,
                     t.stmt,
-                    f"bare `{facts.segment(t.call)}` changes the global grad mode for everything that "
-                    f"runs after it, the caller included (no automatic fix: {reason})",
+                    f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller (not fixed: {reason})",
                     fix=False,
                 )
             return
@@ -423,17 +412,9 @@ class GlobalGradToggle(Rule):
                 target = f"`with {scoped}:`"
             between = f" … `{facts.segment(closer.call)}` (line {closer.stmt.lineno})" if closer else ""
             if closer:
-                why = (
-                    "the closing toggle forces a mode the caller may not have (grad back on inside a caller's "
-                    "`no_grad`), and an exception in between skips it, leaving the mode changed"
-                )
+                message = f"bare `{facts.segment(opener.call)}`{between}: the closing toggle forces a mode the caller may not have"
             else:
-                why = "the mode leaks to the caller after the function returns or raises"
-            message = (
-                f"bare `{facts.segment(opener.call)}`{between} toggles the global grad mode: {why}; use {target} "
-                "(unsafe fix: the mode no longer leaks to the caller, and a later bare toggle no longer "
-                "forces a mode the caller did not have)"
-            )
+                message = f"bare `{facts.segment(opener.call)}` toggles the global grad mode: the mode leaks to the caller"
             plan = _FixPlan(
                 "decorator" if decorator else "with",
                 facts.span(opener.stmt),
@@ -446,7 +427,7 @@ class GlobalGradToggle(Rule):
                 keep_call,
             )
             yield self.report(
-                facts, opener.stmt, message, anchors=[closer.stmt] if closer else [], data=plan
+                facts, opener.stmt, message, fix_title=f"Use {target}", anchors=[closer.stmt] if closer else [], data=plan
             )
 
     # -- fix --------------------------------------------------------------------------------
@@ -579,37 +560,6 @@ def _generator_functions(facts: FileFacts) -> set[ast.AST]:
     return out
 
 
-def _toggle_hack_statements(facts: FileFacts, toggles: list[_Toggle]) -> set[ast.stmt]:
-    """Toggles of the GF202 pattern (``True`` … ``False`` inside a grad-disabled region).
-
-    Generous on purpose: every bare toggle in a grad-disabled region that holds a literal
-    ``True`` toggle followed by a literal ``False`` one belongs to GF202, not here.
-    """
-    in_region: dict[int, list[_Toggle]] = {}
-    for t in toggles:
-        regions = facts.regions_around(t.stmt)
-        if regions and regions[0].disables:
-            in_region.setdefault(id(regions[0]), []).append(t)
-    excluded: set[ast.stmt] = set()
-    try:  # exactly the pairs GF202 claims (mine below are a superset; this keeps it so)
-        from gradfix.rules.gf202_nested_toggle_hack import toggle_pairs
-    except ImportError:  # pragma: no cover - GF202 absent
-        toggle_pairs = None
-    if toggle_pairs is not None:
-        for pair in toggle_pairs(facts):
-            excluded.update((pair.block[pair.start], pair.block[pair.end]))
-    for members in in_region.values():
-        members.sort(key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
-        seen_true = False
-        for t in members:
-            if t.mode is True:
-                seen_true = True
-            elif t.mode is False and seen_true:
-                excluded.update(m.stmt for m in members)
-                break
-    return excluded
-
-
 def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
     """"silent", a reason to report without a fix, or None (fixable)."""
     if func.name in _HAND_MADE_CONTEXT_METHODS:
@@ -655,11 +605,11 @@ def _saved_mode_names(facts: FileFacts) -> set[str]:
 
 def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:
     if field != "body":
-        return "it runs only under a condition (an `else`/`finally` branch)"
+        return "it runs only under a condition (`else`/`finally`)"
     child, node = block[0], parent
     while node is not None and node is not func:
         if isinstance(node, _CONDITIONAL_PARENTS) or _field_of(node, child) in ("orelse", "finalbody"):
-            return "it runs only under a condition (conditional toggles)"
+            return "it runs only under a condition"
         child, node = node, facts.parents.get(node)
     stmts_by_line: dict[int, int] = {}
     for stmt in block:

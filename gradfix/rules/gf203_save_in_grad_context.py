@@ -6,39 +6,16 @@ import ast
 
 import libcst as cst
 
-from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf204_empty_grad_context import (
+from gradfix.analysis.regions import (
     droppable_grad_with,
     grad_with_regions,
-    is_inert,
+    is_inert_save,
     is_neutral_statement,
-    unwrap_with,
+    trailing_saves,
 )
-
-
-def is_inert_save(facts, stmt: ast.stmt) -> bool:
-    """A bare ``torch.save(...)`` statement whose arguments compute nothing.
-
-    ``torch.save(model(x), f)`` is not: the argument is evaluated under the block's grad mode
-    and saves a different tensor outside it (pinned in tests/facts/test_gf203_facts.py).
-    """
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
-        return False
-    call = stmt.value
-    if facts.call_qualname(call) != "torch.save":
-        return False
-    return all(is_inert(facts, a) for a in call.args) and all(is_inert(facts, k.value) for k in call.keywords)
-
-
-def trailing_saves(facts, body: list[ast.stmt]) -> int:
-    """How many statements at the end of ``body`` are inert ``torch.save`` calls."""
-    count = 0
-    for stmt in reversed(body):
-        if not is_inert_save(facts, stmt):
-            break
-        count += 1
-    return count
+from gradfix.analysis.statements import unwrap_with
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
 
 
 class SaveInGradContext(Rule):
@@ -157,9 +134,7 @@ class SaveInGradContext(Rule):
                     yield self.report(
                         facts,
                         stmt,
-                        f"`torch.save` inside `with {what}:`: the grad mode does not change what is saved; "
-                        "it is followed by other statements, so it is not moved automatically "
-                        "(moving it past them could change what is saved)",
+                        f"`torch.save` inside `with {what}:` (line {node.lineno}) is followed by other statements: not moved",
                         fix=False,
                         anchors=[node],
                     )
@@ -167,22 +142,25 @@ class SaveInGradContext(Rule):
                 continue
             first = node.body[-count]
             mode, why = self._plan(facts, node, count)
-            message = f"`torch.save` inside `with {what}:`: the grad mode does not change what is saved; save after the block"
+            message = f"`torch.save` inside `with {what}:` (line {node.lineno}) writes the same file in any grad mode"
             if why:
-                message += f" (not fixed automatically: {why})"
-            yield self.report(facts, first, message, fix=mode is not None, anchors=[node], data=(facts.span(node), count, mode))
+                message += f" (not fixed: {why})"
+            title = "Remove the block, keep its statements" if mode == "unwrap" else "Move the save after the block"
+            yield self.report(
+                facts, first, message, fix=mode is not None, fix_title=title, anchors=[node], data=(facts.span(node), count, mode)
+            )
 
     @staticmethod
     def _plan(facts, node: ast.With, count: int) -> tuple[str | None, str]:
         if len(node.items) != 1:
-            return None, "the `with` holds another context manager that the save would leave"
+            return None, "the `with` holds another context manager"
         rest = node.body[: len(node.body) - count]
         one_line = node.body[0].lineno == node.lineno
         if all(is_neutral_statement(facts, s) for s in rest):
             if droppable_grad_with(facts, node):
                 return "unwrap", ""
             if not rest:
-                return None, "the block binds a name with `as` or evaluates a mode expression"
+                return None, "the block binds `as` or computes its mode"
         if one_line:
             return None, "the block is written on one line"
         return "hoist", ""

@@ -118,6 +118,7 @@ class PreferSpecificGradApi(Rule):
                 facts,
                 call,
                 f"`{facts.segment(call)}` has a constant mode: `{prefix}.{api}()` says the same by name",
+                fix_title=f"Write `{prefix}.{api}()`",
                 anchors=[region.owner],
                 data=_Plan(api, facts.imported_from(call, "set_grad_enabled")),
             )

@@ -1,9 +1,4 @@
-"""GF301 prefer-inference-mode.
-
-Also holds the helpers the other GF3xx rules share: "does this code use grads / does the file
-train with this function's results" (GF302), ``is_within``, ``own_nodes``, ``source_of`` and
-``torch_reachable`` (GF302-GF304).
-"""
+"""GF301 prefer-inference-mode."""
 
 from __future__ import annotations
 
@@ -11,158 +6,14 @@ import ast
 
 import libcst as cst
 
+from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
+from gradfix.analysis.statements import body_without_docstring, own_nodes, torch_reachable
 from gradfix.facts import FileFacts
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
 
-# Methods whose results autograd may need, or whose grad mode the caller/framework owns.
-_HOOK_NAMES = {"forward", "__call__", "backward"}
-_HOOK_PREFIXES = ("register_", "on_")
-_HOOK_SUFFIXES = ("_hook", "_step", "_epoch_end", "_batch_end")
-# Calls that show a function works with gradients.
-_GRAD_METHODS = {"backward", "requires_grad_", "retain_grad"}
-_GRAD_FUNCTIONS = {"torch.autograd.grad", "torch.autograd.backward"}
 # Containers a pure function must not fill with its tensors unless they are its own locals.
 _STORE_METHODS = {"append", "extend", "insert", "update", "setdefault", "add", "put", "__setitem__"}
-
-
-def source_of(facts: FileFacts, node: ast.AST) -> str:
-    """Source text of ``node`` from the file's lines (``FileFacts.segment`` re-splits the
-    whole file on every call, which is quadratic when a rule asks for every finding)."""
-    first, last = node.lineno, node.end_lineno or node.lineno
-    lines = [facts.line_text(n).encode("utf-8") for n in range(first, last + 1)]
-    if len(lines) == 1:
-        return lines[0][node.col_offset : node.end_col_offset].decode("utf-8", "replace")
-    lines[0], lines[-1] = lines[0][node.col_offset :], lines[-1][: node.end_col_offset]
-    return b"\n".join(lines).decode("utf-8", "replace")
-
-
-def torch_reachable(facts: FileFacts, node: ast.AST) -> bool:
-    """Whether the name the fixer will write for torch (``FixContext.torch_name``: a
-    module-level ``import torch [as T]``, else an added ``import torch``) means the module at
-    ``node``: a parameter or local named ``torch`` there would capture ``torch.no_grad()``."""
-    names = facts.torch_module_names()
-    if names:
-        return all(facts.resolve_name(n, node) == "torch" for n in names)
-    scopes = [facts.scope_of_node[f] for f in facts.enclosing_functions(node)] + [facts.scope_of_node[facts.tree]]
-    return all("torch" not in scope.locals and "torch" not in scope.imports for scope in scopes)
-
-
-def is_hook_like(name: str) -> bool:
-    """``forward``, hooks and framework step methods: the caller owns their grad mode."""
-    return name in _HOOK_NAMES or name.startswith(_HOOK_PREFIXES) or name.endswith(_HOOK_SUFFIXES)
-
-
-def uses_grads(facts: FileFacts, root: ast.AST) -> bool:
-    """Whether code under ``root`` computes or asks for gradients (nested functions included).
-
-    ``.backward()``, ``torch.autograd.grad``, ``.requires_grad_()``, ``requires_grad=...``,
-    ``.retain_grad()``, reading ``.grad``, an optimizer ``.step()``, or a region that turns
-    grad mode on (``enable_grad``, ``set_grad_enabled(x)``).
-    """
-    for node in ast.walk(root):
-        if isinstance(node, ast.Attribute) and (node.attr in _GRAD_METHODS or node.attr in ("grad", "requires_grad")):
-            return True
-        if isinstance(node, ast.keyword) and node.arg == "requires_grad":
-            return True
-        if isinstance(node, ast.Call):
-            if facts.call_qualname(node) in _GRAD_FUNCTIONS:
-                return True
-            if isinstance(node.func, ast.Attribute) and node.func.attr == "step":
-                return True
-    for region in facts.regions:
-        if region.mode != "disabled" and is_within(facts, region.owner, root):
-            return True
-    return False
-
-
-def is_within(facts: FileFacts, node: ast.AST, root: ast.AST) -> bool:
-    while node is not None:
-        if node is root:
-            return True
-        node = facts.parents.get(node)
-    return False
-
-
-def _training_scopes(facts: FileFacts) -> set:
-    """Functions (None: module level) that train: they use grads, or are forward/step hooks."""
-    cache = facts.__dict__.get("_gf3_training_scopes")
-    if cache is not None:
-        return cache
-    scopes: set = set()
-    for mc in facts.method_calls:
-        if mc.method in ("backward", "step"):
-            scopes.add(facts.function_of.get(mc.call))
-    for call in facts.calls:
-        if facts.call_qualname(call) in _GRAD_FUNCTIONS:
-            scopes.add(facts.function_of.get(call))
-    for func in facts.functions:
-        if is_hook_like(func.name):
-            scopes.add(func)
-    facts.__dict__["_gf3_training_scopes"] = scopes
-    return scopes
-
-
-def _references(facts: FileFacts) -> dict[str, set]:
-    """Name -> the functions (None: module) that mention it as ``name`` or ``x.name``."""
-    cache = facts.__dict__.get("_gf3_references")
-    if cache is not None:
-        return cache
-    refs: dict[str, set] = {}
-    for node, func in facts.function_of.items():
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            refs.setdefault(node.id, set()).add(func)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-            refs.setdefault(node.attr, set()).add(func)
-    facts.__dict__["_gf3_references"] = refs
-    return refs
-
-
-def feeds_training(facts: FileFacts, func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
-    """Whether the same file may feed ``func``'s results into training.
-
-    By name, transitively: some function that mentions ``func`` (directly or through the
-    functions that call it) calls ``.backward()``/an optimizer ``.step()``/``autograd.grad``,
-    or is a ``forward``/hook/step method. Over-approximate on purpose (any ``x.name`` counts).
-    """
-    training = _training_scopes(facts)
-    refs = _references(facts)
-    seen: set = {func}
-    todo = [func.name]
-    names_seen = {func.name}
-    while todo:
-        name = todo.pop()
-        for caller in refs.get(name, ()):
-            if caller in seen:
-                continue
-            if caller in training:
-                return True
-            seen.add(caller)
-            caller_name = getattr(caller, "name", None)
-            if caller_name and caller_name not in names_seen:
-                names_seen.add(caller_name)
-                todo.append(caller_name)
-    return False
-
-
-def own_nodes(func) -> list[ast.AST]:
-    """Nodes of ``func``'s body, not descending into nested functions, lambdas or classes."""
-    out: list[ast.AST] = []
-    todo = list(func.body)
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
-    return out
-
-
-def _body_without_docstring(func) -> list[ast.stmt]:
-    body = list(func.body)
-    first = body[0] if body else None
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        body = body[1:]
-    return body
 
 
 def _returns_outputs(func) -> bool:
@@ -479,7 +330,7 @@ class PreferInferenceMode(Rule):
                 continue
             if _builds_state(facts, func) or _reads_training_flag(func) or feeds_training(facts, func):
                 continue
-            what = source_of(facts, region.expr)
+            what = facts.segment(region.expr)
             func_expr = region.expr.func if isinstance(region.expr, ast.Call) else region.expr
             import_from = None
             fixable = True
@@ -492,9 +343,8 @@ class PreferInferenceMode(Rule):
             yield self.report(
                 facts,
                 region.expr,
-                f"`{func.name}` only runs inference under `{what}`: `inference_mode()` is faster. "
-                "Unsafe: the tensors it returns become inference tensors, which cannot be saved for "
-                "backward or updated in place outside inference mode later",
+                f"`{func.name}` only runs inference under `{what}`: `torch.inference_mode()` is faster",
+                fix_title="Use `torch.inference_mode()` (its tensors can never enter autograd later)",
                 fix=fixable,
                 anchors=[func, region.owner],
                 data=import_from,
@@ -505,7 +355,7 @@ class PreferInferenceMode(Rule):
         for region in facts.regions:
             if region.owner is func and region.api == "torch.no_grad":
                 return region
-        body = _body_without_docstring(func)
+        body = body_without_docstring(func)
         if len(body) == 1 and isinstance(body[0], (ast.With, ast.AsyncWith)):
             for region in facts.regions:
                 if region.owner is body[0] and region.api == "torch.no_grad" and region.called:

@@ -1,120 +1,27 @@
-"""GF302 eval-without-no-grad.
-
-Also holds the "wrap these consecutive statements in ``with torch.no_grad():``" fix helper that
-GF304 shares.
-"""
+"""GF302 eval-without-no-grad."""
 
 from __future__ import annotations
 
 import ast
-from typing import Callable, Sequence
+from typing import Sequence
 
 import libcst as cst
 
-from gradfix.facts import FileFacts, dotted_name
-from gradfix.model import FixSafety, Span
-from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import (
-    feeds_training,
-    is_hook_like,
+from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
+from gradfix.analysis.statements import (
+    around_run,
+    can_wrap,
+    decorate_with_no_grad,
+    innermost_loop,
     is_within,
     own_nodes,
+    smallest_run,
     torch_reachable,
-    uses_grads,
+    wrap_in_no_grad,
 )
-
-
-# -- shared with GF304: statement runs and the wrapping edit -------------------------------------
-def statement_block(facts: FileFacts, stmt: ast.stmt) -> tuple[ast.AST, str] | None:
-    """The (parent node, field) whose statement list holds ``stmt``."""
-    parent = facts.parents.get(stmt)
-    for field in ("body", "orelse", "finalbody"):
-        body = getattr(parent, field, None)
-        if isinstance(body, list) and any(s is stmt for s in body):
-            return parent, field
-    return None
-
-
-def alone_on_its_lines(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
-    """No other statement shares a line with the run ``first``..``last`` (no ``;``, no
-    ``if x: stmt`` one-liner), so the run can move into an indented block."""
-    before = facts.line_text(first.lineno).encode("utf-8")[: first.col_offset]
-    after = facts.line_text(last.end_lineno).encode("utf-8")[last.end_col_offset :].strip()
-    return not before.strip() and (not after or after.startswith(b"#"))
-
-
-def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
-    """Whether ``run`` (consecutive statements of one block) can move into a ``with`` body.
-
-    Not when it suspends (``yield``/``await``: the grad mode would leak to the consumer while
-    suspended) or defines functions/classes (decorator positions differ between parsers).
-    """
-    if not alone_on_its_lines(facts, run[0], run[-1]):
-        return False
-    if any(facts.line_text(s.lineno).encode("utf-8")[: s.col_offset].strip() for s in run):
-        return False
-    for stmt in run:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return False
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
-                return False
-    return True
-
-
-def wrap_in_no_grad(
-    ctx,
-    spans: Sequence[Span],
-    transform: Callable[[cst.BaseStatement], cst.BaseStatement] | None = None,
-) -> list:
-    """Edits that put the consecutive statements at ``spans`` into one ``with torch.no_grad():``.
-
-    The first statement becomes the ``with`` (keeping its leading comments and blank lines
-    above the ``with``), the others are removed from their place; ``transform`` may rewrite
-    each statement on the way in. Comments between the statements move with them.
-    """
-    from gradfix.fixer import Edit
-
-    stmts = [ctx.node_at(span, cst.BaseStatement) for span in spans]
-    body = [transform(s) if transform else s for s in stmts]
-    leading = stmts[0].leading_lines
-    body[0] = body[0].with_changes(leading_lines=())
-    header = ctx.statement(f"with {ctx.torch_name()}.no_grad():\n    pass\n")
-    wrapper = header.with_changes(body=header.body.with_changes(body=body), leading_lines=leading)
-    return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
-
-
-def smallest_run(facts: FileFacts, func, nodes: Sequence[ast.AST]) -> list[ast.stmt] | None:
-    """The fewest consecutive statements of one block (owned by ``func``) that hold ``nodes``.
-
-    Nodes in different blocks (an ``if`` and its ``else``) give the statement enclosing both.
-    """
-    paths = []
-    for node in nodes:
-        path = []
-        current = node
-        while current is not None and current is not func:
-            if isinstance(current, ast.stmt):
-                block = statement_block(facts, current)
-                if block is None:
-                    return None
-                body = getattr(*block)
-                path.append((block, next(i for i, s in enumerate(body) if s is current)))
-            current = facts.parents.get(current)
-        paths.append(list(reversed(path)))
-    if not paths or not all(paths):
-        return None
-    level = 0
-    while all(len(p) > level for p in paths) and len({(id(p[level][0][0]), p[level][0][1], p[level][1]) for p in paths}) == 1:
-        level += 1
-    if all(len(p) > level for p in paths) and len({(id(p[level][0][0]), p[level][0][1]) for p in paths}) == 1:
-        block = paths[0][level][0]
-        indexes = [p[level][1] for p in paths]
-        return getattr(*block)[min(indexes) : max(indexes) + 1]
-    if level == 0:
-        return None
-    block, index = paths[0][level - 1]
-    return [getattr(*block)[index]]
+from gradfix.facts import FileFacts, dotted_name
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
 
 
 def _uses_grad_checkpointing(facts: FileFacts, func) -> bool:
@@ -228,6 +135,17 @@ def _fresh_bindings(func, receivers: set[str]) -> list[tuple]:
     return out
 
 
+def _sets_up(stmt: ast.stmt) -> bool:
+    """A statement that may run under the decorator as well: ``model.eval()``, a docstring, or an
+    assignment that calls nothing (``total = 0.0``)."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        func = stmt.value.func
+        return isinstance(func, ast.Attribute) and func.attr in ("eval", "train")
+    if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+        return not any(isinstance(n, (ast.Call, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)) for n in ast.walk(stmt))
+    return False
+
+
 def _is_glue(stmt: ast.stmt, bound: set[str]) -> bool:
     if not isinstance(stmt, _SIMPLE):
         return False
@@ -265,12 +183,14 @@ class EvalWithoutNoGrad(Rule):
 
     ## Use instead
     ```python
+    @torch.no_grad()
     def evaluate(model, x):
         model.eval()
-        with torch.no_grad():
-            logits = model(x)
+        logits = model(x)
         return logits.argmax(1)
     ```
+    or, when the function does more than evaluate, one `with torch.no_grad():` around the
+    loop (or the statements) that holds the forward calls.
 
     ## Fix safety
     Unsafe: the outputs no longer require grad and have no `grad_fn`, so a caller that
@@ -280,11 +200,15 @@ class EvalWithoutNoGrad(Rule):
     `*_step` methods, functions with `loss` in their name, functions whose results the same
     file feeds into training, functions already called under a grad-mode region, and
     functions that turn on gradient checkpointing (a test of that path needs grads). The fix
-    wraps the smallest run of consecutive statements that holds the forward calls; when they
-    sit in different branches it wraps the statement that holds them all. Statements between
-    the calls stay in the block only when they post-process the outputs (`z = z.round()`);
-    unrelated work between them (saving a checkpoint, loading another model) splits the block
-    in two, so it keeps running with grad mode on. Runs that contain
+    decorates the function with `@torch.no_grad()` when only set-up statements (`model.eval()`,
+    assignments that call nothing) and a final `return` would stay outside the block (the
+    decorator goes closest to the `def`, under `@staticmethod`). Otherwise it writes one
+    `with torch.no_grad():` around the innermost loop that holds the forward calls, never one
+    per statement inside a loop; outside loops, around the smallest run of consecutive
+    statements that holds them (the statement that holds them all when they sit in different
+    branches). Statements between the calls stay in the block only when they post-process the
+    outputs (`z = z.round()`); unrelated work between them (saving a checkpoint, loading another
+    model) splits the block in two, so it keeps running with grad mode on. Runs that contain
     `yield`/`await` are reported without a fix (the mode would leak while suspended). A file
     with a bare `torch.set_grad_enabled(...)` statement is skipped: the mode at the calls is
     decided at run time (GF201 reports the toggle). Functions under a decorator of the
@@ -387,30 +311,44 @@ class EvalWithoutNoGrad(Rule):
         Invalid(
             "import torch\n\ndef evaluate(model, x):\n    model.eval()\n    # logits only\n"
             "    logits = model(x)\n    return logits.argmax(1)\n",
-            "import torch\n\ndef evaluate(model, x):\n    model.eval()\n    # logits only\n"
-            "    with torch.no_grad():\n        logits = model(x)\n    return logits.argmax(1)\n",
+            "import torch\n\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    # logits only\n"
+            "    logits = model(x)\n    return logits.argmax(1)\n",
         ),
         Invalid(
             "import torch as T\n\ndef validate(net, loader, crit):\n    net.eval()\n    total = 0.0\n"
             "    for x, y in loader:\n        out = net(x)\n        total += crit(out, y).item()\n"
             "    return total / len(loader)\n",
-            "import torch as T\n\ndef validate(net, loader, crit):\n    net.eval()\n    total = 0.0\n"
-            "    for x, y in loader:\n        with T.no_grad():\n            out = net(x)\n"
+            "import torch as T\n\n@T.no_grad()\ndef validate(net, loader, crit):\n    net.eval()\n    total = 0.0\n"
+            "    for x, y in loader:\n        out = net(x)\n"
             "        total += crit(out, y).item()\n    return total / len(loader)\n",
         ),
         # Two eval'd modules: one finding, one block from the first call to the last.
         Invalid(
             "def reconstruct(self, x):\n    self.encoder.eval()\n    self.decoder.eval()\n"
             "    z = self.encoder(x)\n    z = z.round()\n    return self.decoder(z)\n",
-            "import torch\n\ndef reconstruct(self, x):\n    self.encoder.eval()\n    self.decoder.eval()\n"
-            "    with torch.no_grad():\n        z = self.encoder(x)\n        z = z.round()\n        return self.decoder(z)\n",
+            "import torch\n\n@torch.no_grad()\ndef reconstruct(self, x):\n    self.encoder.eval()\n    self.decoder.eval()\n"
+            "    z = self.encoder(x)\n    z = z.round()\n    return self.decoder(z)\n",
         ),
         # Calls in both branches: the `if` is wrapped.
         Invalid(
             "import torch\ndef predict(model, x, tta):\n    model.eval()\n    if tta:\n"
             "        y = (model(x) + model(x.flip(-1))) / 2\n    else:\n        y = model(x)\n    return y\n",
-            "import torch\ndef predict(model, x, tta):\n    model.eval()\n    with torch.no_grad():\n        if tta:\n"
-            "            y = (model(x) + model(x.flip(-1))) / 2\n        else:\n            y = model(x)\n    return y\n",
+            "import torch\n@torch.no_grad()\ndef predict(model, x, tta):\n    model.eval()\n    if tta:\n"
+            "        y = (model(x) + model(x.flip(-1))) / 2\n    else:\n        y = model(x)\n    return y\n",
+        ),
+        # Calls in a loop with work after it: one `with` around the loop, not one per statement.
+        Invalid(
+            "import torch\ndef validate(net, loader, log):\n    net.eval()\n    hits = []\n"
+            "    for epoch in range(2):\n        for x, y in loader:\n            out = net(x)\n"
+            "            hits.append((out.argmax(1) == y).sum().item())\n    log.write(str(sum(hits)))\n    return hits\n",
+            "import torch\ndef validate(net, loader, log):\n    net.eval()\n    hits = []\n"
+            "    for epoch in range(2):\n        with torch.no_grad():\n            for x, y in loader:\n                out = net(x)\n"
+            "                hits.append((out.argmax(1) == y).sum().item())\n    log.write(str(sum(hits)))\n    return hits\n",
+        ),
+        # The decorator goes under `@staticmethod`, closest to the `def`.
+        Invalid(
+            "import torch\nclass Tester:\n    @staticmethod\n    def score(model, x):\n        model.eval()\n        return model(x)\n",
+            "import torch\nclass Tester:\n    @staticmethod\n    @torch.no_grad()\n    def score(model, x):\n        model.eval()\n        return model(x)\n",
         ),
         # Unrelated work between the calls (Lightning's test_restore): two blocks.
         Invalid(
@@ -458,17 +396,36 @@ class EvalWithoutNoGrad(Rule):
             run = smallest_run(facts, func, calls)
             groups = _split_at_unrelated(facts, run, calls) if run is not None else []
             fixable = bool(groups) and all(can_wrap(facts, g) for g in groups) and torch_reachable(facts, run[0])
+            plan, title = None, None
+            if fixable:
+                plan, title = self._plan(facts, func, groups)
             names = ", ".join(f"`{m}`" for m in modules)
             yield self.report(
                 facts,
                 switch,
-                f"{names} in eval mode but called with grad enabled: `eval()` does not disable autograd, "
-                "so a graph is recorded for nothing; wrap the calls in `with torch.no_grad():`. "
-                "Unsafe: the outputs no longer require grad, so callers can no longer backpropagate through them",
+                f"{names} in eval mode, then called with grad enabled (line {calls[0].lineno}): "
+                "a graph is recorded for nothing",
                 fix=fixable,
+                fix_title=title,
                 anchors=[func, calls[0]],
-                data=tuple(tuple(facts.span(s) for s in g) for g in groups) if fixable else None,
+                data=plan,
             )
+
+    @staticmethod
+    def _plan(facts, func, groups):
+        """One ``with`` around the loop that holds the calls, or ``@torch.no_grad()`` on the
+        function when only set-up statements and a final ``return`` would stay outside."""
+        loop = innermost_loop(facts, func, [s for g in groups for s in g])
+        if loop is not None and can_wrap(facts, [loop]):
+            groups = [[loop]]
+        outside = around_run(func, groups[0]) if len(groups) == 1 else None
+        suspends = any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
+        if outside is not None and not suspends:
+            before, after = outside
+            if all(_sets_up(s) for s in before) and (not after or (len(after) == 1 and isinstance(after[0], ast.Return))):
+                return ("decorate", facts.span(func.body[0])), f"Decorate `{func.name}` with `@torch.no_grad()`"
+        what = "the loop" if isinstance(groups[0][0], (ast.For, ast.While)) and len(groups) == 1 else "the calls"
+        return ("wrap", tuple(tuple(facts.span(s) for s in g) for g in groups)), f"Wrap {what} in `with torch.no_grad():`"
 
     @staticmethod
     def _toggles_grad_globally(facts) -> bool:
@@ -513,7 +470,10 @@ class EvalWithoutNoGrad(Rule):
     def fix(self, finding, ctx):
         if not finding.data:
             return None
-        return [edit for group in finding.data for edit in wrap_in_no_grad(ctx, group)]
+        kind, where = finding.data
+        if kind == "decorate":
+            return decorate_with_no_grad(ctx, where)
+        return [edit for group in where for edit in wrap_in_no_grad(ctx, group)]
 
     @staticmethod
     def contract():

@@ -9,7 +9,7 @@ import libcst as cst
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import is_within
+from gradfix.analysis.statements import is_within
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -286,22 +286,15 @@ class LossAccumulatesGraph(Rule):
     def _report(self, facts, stmt, acc, name, scalar):
         style = self.opts.get("style", "detach")
         loss = name.id
+        message = f"`{acc}` accumulates `{loss}` with its graph: every step's graph stays alive"
         if style == "item":
             fix = FixSafety.UNSAFE if scalar else False
-            how = (
-                f"use `{loss}.item()` (unsafe: `{acc}` becomes a Python float)"
-                if scalar
-                else f"`{loss}` may not be a scalar, so `.item()` is not offered; use `{loss}.detach()`"
-            )
+            title = f"Write `{loss}.item()` (`{acc}` becomes a Python float)"
+            if not scalar:
+                message += f" (`{loss}` may not be a scalar: use `{loss}.detach()`)"
         else:
-            fix, how = True, f"use `{loss}.detach()` (same value, no graph)"
-        return self.report(
-            facts,
-            stmt,
-            f"`{acc}` accumulates `{loss}` with its graph: every step's autograd graph stays alive; {how}",
-            fix=fix,
-            data=(facts.span(name), style),
-        )
+            fix, title = True, f"Write `{loss}.detach()` (same value, no graph)"
+        return self.report(facts, stmt, message, fix=fix, fix_title=title, data=(facts.span(name), style))
 
     def fix(self, finding, ctx):
         from gradfix.fixer import Edit

@@ -8,9 +8,17 @@ import re
 import libcst as cst
 
 from gradfix.model import FixSafety
+from gradfix.analysis.statements import (
+    alone_on_its_lines,
+    around_run,
+    can_wrap,
+    decorate_with_no_grad,
+    own_nodes,
+    statement_block,
+    torch_reachable,
+    wrap_in_no_grad,
+)
 from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf301_prefer_inference_mode import source_of
-from gradfix.rules.gf302_eval_without_no_grad import alone_on_its_lines, statement_block, torch_reachable, wrap_in_no_grad
 
 # Tensor methods that overwrite values in place. Shape/storage changers (`resize_`, `set_`,
 # `t_`, `squeeze_`...) are left out: they behave differently on a tensor that requires grad.
@@ -73,7 +81,7 @@ def _loop_over_parameters(facts, name: str, at: ast.AST) -> bool:
         if isinstance(stmt, (ast.For, ast.AsyncFor)) and any(
             isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.target)
         ):
-            if _PARAM_SOURCE.search(source_of(facts, stmt.iter)):
+            if _PARAM_SOURCE.search(facts.segment(stmt.iter)):
                 return True
     return False
 
@@ -95,7 +103,7 @@ def _computed_local(facts, name: str, at: ast.AST) -> bool:
         else:
             continue
         if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for t in targets for n in ast.walk(t)):
-            source = source_of(facts, stmt.value)
+            source = facts.segment(stmt.value)
             if not (_PARAM_SOURCE.search(source) or _LEAF_SOURCE.search(source)):
                 return True
     return False
@@ -185,10 +193,9 @@ class DataMutation(Rule):
 
     ## Use instead
     ```python
-    for p in model.parameters():
-        with torch.no_grad():
-            p.add_(p.grad, alpha=-lr)
     with torch.no_grad():
+        for p in model.parameters():
+            p.add_(p.grad, alpha=-lr)
         m.weight.normal_(0, 0.02)
         m.bias.zero_()
     ```
@@ -198,8 +205,10 @@ class DataMutation(Rule):
     backward had saved now raises `RuntimeError: ... modified by an inplace operation` instead
     of silently computing wrong gradients. In the ordinary case (an optimizer step, weight
     init, a target-network copy) the values are the same. Consecutive writes go into one
-    `with` block (one finding for the run); inside an existing grad-disabled region `.data`
-    is just dropped. Only receivers that are surely tensors with autograd state (names like
+    `with` block (one finding for the run); writes in one loop body share one `with` around
+    the loop when the rest of the body calls nothing (`if p.grad is None: continue`), never
+    one per statement; a function whose whole body would be wrapped gets `@torch.no_grad()`
+    instead. Inside an existing grad-disabled region `.data` is just dropped. Only receivers that are surely tensors with autograd state (names like
     `param`, `weight`, `bias`, `grad`, `p`, `w`, or a loop over `.parameters()`) are fixed;
     a bare name assigned from some other computation in the same function (`p =
     F.softmax(x)`: an activation that backward may have saved) and other receivers are
@@ -243,8 +252,8 @@ class DataMutation(Rule):
         Invalid(
             "import torch\n\ndef sgd(model, lr):\n    for p in model.parameters():\n"
             "        p.data.add_(-lr, p.grad.data)  # old signature kept\n",
-            "import torch\n\ndef sgd(model, lr):\n    for p in model.parameters():\n"
-            "        with torch.no_grad():\n            p.add_(-lr, p.grad.data)  # old signature kept\n",
+            "import torch\n\n@torch.no_grad()\ndef sgd(model, lr):\n    for p in model.parameters():\n"
+            "        p.add_(-lr, p.grad.data)  # old signature kept\n",
         ),
         Invalid(
             "import torch as T\n\ndef init(m):\n    # DCGAN init\n    m.weight.data.normal_(1.0, 0.02)\n"
@@ -262,12 +271,28 @@ class DataMutation(Rule):
         Invalid(
             "def soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
             "        t.data.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
-            "import torch\n\ndef soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
-            "        with torch.no_grad():\n            t.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
+            "import torch\n\n@torch.no_grad()\ndef soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
+            "        t.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
         ),
         Invalid(
             "import torch\ndef mask(weight, idx):\n    weight.data[idx] = 0\n",
-            "import torch\ndef mask(weight, idx):\n    with torch.no_grad():\n        weight[idx] = 0\n",
+            "import torch\n@torch.no_grad()\ndef mask(weight, idx):\n    weight[idx] = 0\n",
+        ),
+        # Writes in one loop body share one `with` around the loop, inside the training loop.
+        Invalid(
+            "import torch\ndef train(model, loader, lr):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        for p in model.parameters():\n            if p.grad is None:\n                continue\n"
+            "            p.data.add_(p.grad, alpha=-lr)\n            p.grad.data.zero_()\n",
+            "import torch\ndef train(model, loader, lr):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        with torch.no_grad():\n            for p in model.parameters():\n                if p.grad is None:\n"
+            "                    continue\n                p.add_(p.grad, alpha=-lr)\n                p.grad.zero_()\n",
+        ),
+        # Other work in the loop body: the `with` holds the write only.
+        Invalid(
+            "import torch\ndef train(model, loader):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        model.weight.data.clamp_(0, 1)\n",
+            "import torch\ndef train(model, loader):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        with torch.no_grad():\n            model.weight.clamp_(0, 1)\n",
         ),
         # Receiver of unknown kind: reported without a fix.
         Invalid("def f(h):\n    h.data.zero_()\n", None),
@@ -298,7 +323,7 @@ class DataMutation(Rule):
                 kind = "other" if _mapping_key(facts, stmt, attr) else _receiver_kind(facts, attr.value)
                 if kind == "other":
                     continue
-                receiver = source_of(facts, attr.value)
+                receiver = facts.segment(attr.value)
                 disabled = facts.grad_mode_at(stmt) == "disabled"
                 wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt)
                 if kind == "param" and not disabled and wrappable:
@@ -309,14 +334,16 @@ class DataMutation(Rule):
                 yield self.report(
                     facts,
                     stmt,
-                    self._message(receiver, disabled if fixable else None),
+                    self._message(receiver),
                     fix=fixable,
+                    fix_title="Drop `.data` (already in a grad-disabled region)",
                     data=("drop", facts.span(attr)) if fixable else None,
                 )
         yield from self._runs(facts, to_wrap)
 
     def _runs(self, facts, to_wrap):
-        """One finding per run of consecutive statements of one block: one `with` for all."""
+        """One finding per ``with`` the fix writes: consecutive writes of one block share it,
+        and so do the writes of one loop body (the ``with`` goes around the loop)."""
         runs: list[list[tuple[ast.stmt, ast.Attribute]]] = []
         previous = None
         for stmt, attr in to_wrap:  # in source order, function by function
@@ -328,45 +355,53 @@ class DataMutation(Rule):
             else:
                 runs.append([(stmt, attr)])
             previous = (block, index)
+        writes = {stmt for stmt, _ in to_wrap}
+        planned: dict[int, tuple[list[ast.stmt], list[tuple[ast.stmt, ast.Attribute]]]] = {}
         for run in runs:
+            target = [stmt for stmt, _ in run]
+            while (loop := _loop_of_writes(facts, target, writes)) is not None:
+                target = [loop]
+            key = id(target[0])
+            if key in planned:
+                planned[key][1].extend(run)
+            else:
+                planned[key] = (target, list(run))
+        for target, run in planned.values():
             first = run[0][0]
-            receivers = ", ".join(dict.fromkeys(f"`{source_of(facts, a.value)}`" for _, a in run))
-            message = self._message(receivers, False)
+            receivers = ", ".join(dict.fromkeys(f"`{facts.segment(a.value)}`" for _, a in run))
+            message = self._message(receivers)
             if len(run) > 1:
                 message += f" ({len(run)} writes, lines {first.lineno}-{run[-1][0].end_lineno})"
-            yield self.report(
-                facts,
-                first,
-                message,
-                data=("wrap", tuple((facts.span(s), facts.span(a)) for s, a in run)),
-            )
+            attrs = tuple(facts.span(a) for _, a in run)
+            func = facts.function_of.get(target[0])
+            suspends = func is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
+            if around_run(func, target) == ([], []) and not suspends:
+                data = ("decorate", facts.span(func.body[0]), attrs)
+                title = f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`"
+            else:
+                data = ("wrap", tuple(facts.span(s) for s in target), attrs)
+                where = "the loop" if isinstance(target[0], (ast.For, ast.While)) else "the writes"
+                title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"
+            yield self.report(facts, first, message, fix_title=title, data=data)
 
     @staticmethod
-    def _message(receiver: str, disabled: bool | None) -> str:
+    def _message(receiver: str) -> str:
         if not receiver.startswith("`"):
             receiver = f"`{receiver}`"
-        text = f"in-place write through `.data` of {receiver} bypasses autograd's version checks"
-        if disabled is None:
-            return text + "; update the tensor itself inside `with torch.no_grad():`"
-        if disabled:
-            how = "drop `.data` (already in a grad-disabled region)"
-        else:
-            how = "write to the tensor itself inside `with torch.no_grad():`"
-        return (
-            f"{text}; {how}. Unsafe: code that overwrote a tensor saved for backward now raises "
-            "instead of silently computing wrong gradients"
-        )
+        return f"in-place write through `.data` of {receiver} bypasses autograd's version checks"
 
     def fix(self, finding, ctx):
         from gradfix.fixer import Edit
 
-        mode, spans = finding.data
+        mode, *where = finding.data
         if mode == "drop":
-            attr = ctx.node_at(spans, cst.Attribute)
+            attr = ctx.node_at(where[0], cst.Attribute)
             return [Edit(attr, attr.value)]
-        targets = {ctx.node_at(attr_span, cst.Attribute) for _, attr_span in spans}
-        drop = _DropData(targets)
-        return wrap_in_no_grad(ctx, [stmt_span for stmt_span, _ in spans], lambda s: s.visit(drop))
+        span, attr_spans = where
+        drop = _drop_data({ctx.node_at(s, cst.Attribute) for s in attr_spans})
+        if mode == "decorate":
+            return decorate_with_no_grad(ctx, span, lambda s: s.visit(drop))
+        return wrap_in_no_grad(ctx, span, lambda s: s.visit(drop))
 
     @staticmethod
     def contract():
@@ -382,12 +417,27 @@ class DataMutation(Rule):
         )
 
 
-class _DropData(cst.CSTTransformer):
-    """``X.data`` -> ``X`` for the given original ``Attribute`` nodes."""
+def _loop_of_writes(facts, stmts: list[ast.stmt], writes: set[ast.stmt]):
+    """The ``for``/``while`` loop whose body holds ``stmts``, when the rest of that body are
+    other wrapped writes or statements that call nothing (``if p.grad is None: continue``):
+    then one ``with`` around the loop serves every step."""
+    loop = facts.parents.get(stmts[0])
+    if not isinstance(loop, (ast.For, ast.While)) or loop.orelse or not any(s is stmts[0] for s in loop.body):
+        return None
+    for stmt in loop.body:
+        if stmt in writes or any(stmt is s for s in stmts):
+            continue
+        if any(isinstance(n, (ast.Call, ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(stmt)):
+            return None
+    return loop if can_wrap(facts, [loop]) else None
 
-    def __init__(self, targets):
-        super().__init__()
-        self.targets = targets
 
-    def leave_Attribute(self, original_node, updated_node):
-        return updated_node.value if original_node in self.targets else updated_node
+def _drop_data(targets):
+    """A transformer that rewrites ``X.data`` -> ``X`` for the given original ``Attribute`` nodes
+    (the class is built on first use: libcst loads lazily)."""
+
+    class DropData(cst.CSTTransformer):
+        def leave_Attribute(self, original_node, updated_node):
+            return updated_node.value if original_node in targets else updated_node
+
+    return DropData()

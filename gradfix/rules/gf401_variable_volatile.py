@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import ast
 
-
-from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf402_variable_wrapper import (
-    flag_text,
+from gradfix.analysis.variable import (
     fix_variable_call,
-    receiver_text,
+    plan_rewrite,
+    raises_value_error,
+    report_rewrites,
     truthiness,
     variable_calls,
 )
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Option, Rule, Valid
 
 
 def negatable(expr: ast.expr, text: str) -> str:
@@ -53,10 +53,14 @@ class VariableVolatile(Rule):
     ```
 
     ## Fix safety
-    Safe: the rewrite is `x.detach()` (with `.requires_grad_(flag)` when the call passes
-    `requires_grad=`), which is what the call returns today; only the deprecation warning
-    goes. Wrapping the forward pass in `torch.no_grad()` changes what autograd records, so
-    it is only suggested in the message, never applied. A call that passes both a true
+    The call is rewritten as GF402 rewrites `Variable(x)`: the wrapper goes where `x` surely
+    needs no grad (a fresh tensor, `.data`), `Variable(h.data, volatile=True)` becomes
+    `h.detach()`, a batch a `for` loop takes from a data loader loses the wrapper (unsafe:
+    it assumes the batch needs no grad), and anything else becomes `x.detach()` (with
+    `.requires_grad_(flag)` when the call passes a true or unknown `requires_grad=`), which is
+    what the call returns today; only the deprecation warning goes. `style = "exact"`
+    (option of GF401) always writes `x.detach()`. Wrapping the forward pass in `torch.no_grad()` changes what autograd records, so
+    it is only suggested in the fix title, never applied. A call that passes both a true
     `volatile` and a true `requires_grad` raises `ValueError` today ("Variable can't be
     volatile and require_grad at the same time!"); when either flag is not a literal and
     the other may be true, the call is reported without a fix, as are calls with
@@ -68,6 +72,13 @@ class VariableVolatile(Rule):
     name = "variable-volatile"
     summary = "`Variable(x, volatile=...)`: volatile has no effect since PyTorch 0.4"
     fix_safety = FixSafety.SAFE
+    options = (
+        Option(
+            "style",
+            ("idiomatic", "exact"),
+            "`idiomatic`: write what GF402 writes for the same call; `exact`: always `x.detach()`",
+        ),
+    )
     triggers = ("Variable",)  # the positional form `Variable(x, False, True)` has no "volatile"
 
     VALID = [
@@ -96,78 +107,75 @@ class VariableVolatile(Rule):
         ),
         Invalid(
             "import torch.autograd as ag\nw = ag.Variable(a * 2, volatile=False, requires_grad=True)\n",
-            "import torch.autograd as ag\nw = (a * 2).detach().requires_grad_(True)\n",
+            "import torch.autograd as ag\nw = (a * 2).detach().requires_grad_()\n",
         ),
         Invalid(
             "from torch.autograd.variable import Variable\nw = Variable(x, False, True)\n",
-            "w = x.detach().requires_grad_(False)\n",
+            "w = x.detach()\n",
         ),
         # Propagated volatility (`x.volatile` is always False today): no set_grad_enabled hint.
         Invalid(
             "import torch\nfrom torch.autograd import Variable\n\ndef forward(self, x):\n"
             "    zeros = Variable(torch.zeros(x.size()), volatile=x.volatile)\n    return self.logstd(zeros)\n",
             "import torch\n\ndef forward(self, x):\n"
-            "    zeros = torch.zeros(x.size()).detach()\n    return self.logstd(zeros)\n",
+            "    zeros = torch.zeros(x.size())\n    return self.logstd(zeros)\n",
         ),
         # Raises ValueError today (volatile and requires_grad both true): report only.
         Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=True, volatile=True)\n", None),
         Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=train, volatile=not train)\n", None),
         Invalid("from torch.autograd import Variable\nw = Variable(x, volatile=True, **kw)\n", None),
+        # A test batch from the loader: the wrapper goes (unsafe), as GF402 does.
+        Invalid(
+            "from torch.autograd import Variable\n\ndef test(model, test_loader):\n    for data, target in test_loader:\n"
+            "        output = model(Variable(data.cuda(), volatile=True))\n",
+            "def test(model, test_loader):\n    for data, target in test_loader:\n"
+            "        output = model(data.cuda())\n",
+        ),
+        Invalid(
+            "import torch\nfrom torch.autograd import Variable\nh = Variable(torch.zeros(2), volatile=True)\n",
+            "import torch\nh = torch.zeros(2).detach()\n",
+            options={"style": "exact"},
+        ),
     ]
 
     def check(self, facts):
+        exact = self.opts.get("style") == "exact"
+        planned = []
         for found in variable_calls(facts):
             if found.volatile is None:
                 continue
-            text = facts.segment(found.call.func)
             volatile = truthiness(found.volatile)
             requires_grad = truthiness(found.requires_grad)
             vol_text = facts.segment(found.volatile)
+            hint = ""
             if volatile is False:
                 why = f"`volatile={vol_text}` has had no effect since PyTorch 0.4"
-                hint = ""
+            elif isinstance(found.volatile, ast.Attribute) and found.volatile.attr == "volatile":
+                # `volatile=x.volatile` passed volatility on; `x.volatile` is always False now,
+                # and a caller's `torch.no_grad()` covers this code without any help.
+                why = f"`volatile={vol_text}` was removed in PyTorch 0.4 (`{vol_text}` is always False)"
+                hint = "; grad mode propagates by itself: nothing to wrap"
             else:
-                why = (
-                    "`volatile` was removed in PyTorch 0.4: it only warns, and the forward pass "
-                    "now records a graph"
+                why = "`volatile` was removed in PyTorch 0.4: it only warns, and the forward pass records a graph"
+                mode = "torch.no_grad()" if volatile is True else (
+                    f"torch.set_grad_enabled(not {negatable(found.volatile, vol_text)})"
                 )
-                if isinstance(found.volatile, ast.Attribute) and found.volatile.attr == "volatile":
-                    # `volatile=x.volatile` passed volatility on; `x.volatile` is always False now,
-                    # and a caller's `torch.no_grad()` covers this code without any help.
-                    hint = (
-                        f"; `{vol_text}` is always False since PyTorch 0.4 and grad mode propagates by "
-                        "itself: a caller's `with torch.no_grad():` covers this code, nothing to wrap here"
-                    )
-                elif volatile is True:
-                    hint = "; to record no graph as `volatile` meant, wrap the forward pass in `with torch.no_grad():`"
-                else:
-                    hint = (
-                        "; to record no graph as `volatile` meant, wrap the forward pass in "
-                        f"`with torch.set_grad_enabled(not {negatable(found.volatile, vol_text)}):`"
-                    )
+                hint = f"; to record no graph, wrap the forward pass in `with {mode}:`"
             if found.blocker is not None:
-                yield self.report(facts, found.call, f"{why}; not rewritten because {found.blocker}{hint}", fix=False)
+                yield self.report(facts, found.call, f"{why}; not rewritten: {found.blocker}", fix=False)
                 continue
-            if volatile is not False and requires_grad is not False:
-                raises = "raises" if (volatile, requires_grad) == (True, True) else "raises when both are true"
+            if raises_value_error(found):
+                when = "" if (volatile, requires_grad) == (True, True) else " when both are true"
                 yield self.report(
                     facts,
                     found.call,
-                    f"{why}; `{text}(...)` with `volatile` and `requires_grad` {raises} "
-                    "(ValueError: can't be volatile and require grad): decide which one you meant",
+                    f"`volatile` with `requires_grad` raises ValueError{when} (can't be volatile and require grad)",
                     fix=False,
                 )
                 continue
-            data = receiver_text(facts, found.data)
-            wanted = f"{data}.detach()"
-            if found.requires_grad is not None:
-                wanted += f".requires_grad_({flag_text(facts, found.requires_grad)})"
-            yield self.report(
-                facts,
-                found.call,
-                f"{why}; `{text}(...)` returns a detached alias: write `{wanted}`{hint}",
-                data=(found.requires_grad is not None, found.import_module),
-            )
+            plan = plan_rewrite(facts, found, exact)
+            planned.append((found, plan, why, hint))
+        yield from report_rewrites(self, facts, planned, exact)
 
     def fix(self, finding, ctx):
         return fix_variable_call(finding, ctx)

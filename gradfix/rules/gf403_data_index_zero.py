@@ -320,11 +320,12 @@ class DataIndexZero(Rule):
             if not scalars.is_scalar(base, facts.enclosing_function(node)):
                 continue
             text = facts.segment(base)
+            shown = text if len(text) <= 40 and "\n" not in text else "..."
             yield self.report(
                 facts,
                 node,
-                f"`{text}.data[0]` raises IndexError on a 0-dim tensor (losses and full reductions "
-                f"are 0-dim since PyTorch 0.4): write `{text}.item()`",
+                f"`{shown}.data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4",
+                fix_title=f"Write `{shown}.item()`",
             )
 
     def fix(self, finding, ctx):

@@ -128,7 +128,7 @@ def test_star_import_reexports_variable_so_the_fix_keeps_the_import(tmp_path, al
     # with __all__, the star import does not carry Variable: it fails already
     assert before[0] == ("NameError" if all_line else None)
     fixed = fix(model.read_bytes(), str(model), Settings(select=("GF402",)))
-    assert b"torch.zeros(1, n).detach()" in fixed
+    assert b"return torch.zeros(1, n)\n" in fixed
     kept = b"from torch.autograd import Variable" in fixed
     assert kept is not bool(all_line)  # kept only where another module can take it
     model.write_bytes(fixed)
@@ -145,3 +145,119 @@ def test_import_dropped_when_nothing_star_imports_the_module(tmp_path):
     assert b"import Variable" not in fixed
     model.write_bytes(fixed)
     assert _run(tmp_path) == (None, "torch.Size([1, 2])\n")
+
+
+# -- what the idiomatic rewrites rely on -----------------------------------------------------------
+# Every constructor the fix treats as "fresh" (the wrapper goes), with arguments that run on CPU.
+_FRESH = {
+    "zeros": lambda: torch.zeros(2, 3),
+    "ones": lambda: torch.ones(2),
+    "empty": lambda: torch.empty(2),
+    "full": lambda: torch.full((2,), 1.5),
+    "rand": lambda: torch.rand(2),
+    "randn": lambda: torch.randn(2),
+    "randint": lambda: torch.randint(0, 5, (2,)),
+    "randperm": lambda: torch.randperm(4),
+    "arange": lambda: torch.arange(3.0),
+    "linspace": lambda: torch.linspace(0, 1, 3),
+    "logspace": lambda: torch.logspace(0, 1, 3),
+    "eye": lambda: torch.eye(2),
+    "tensor": lambda: torch.tensor([1.0, 2.0]),
+    "zeros_like": lambda: torch.zeros_like(torch.ones(2, requires_grad=True)),
+    "ones_like": lambda: torch.ones_like(torch.ones(2, requires_grad=True)),
+    "empty_like": lambda: torch.empty_like(torch.ones(2, requires_grad=True)),
+    "full_like": lambda: torch.full_like(torch.ones(2, requires_grad=True), 3.0),
+    "rand_like": lambda: torch.rand_like(torch.ones(2, requires_grad=True)),
+    "randn_like": lambda: torch.randn_like(torch.ones(2, requires_grad=True)),
+    "from_numpy": lambda: torch.from_numpy(pytest.importorskip("numpy").ones(2)),
+    "FloatTensor": lambda: torch.FloatTensor(2),
+    "LongTensor": lambda: torch.LongTensor([1, 2]),
+    "Tensor": lambda: torch.Tensor([1.0]),
+    "new": lambda: torch.ones(2, requires_grad=True).new(3),
+    "new_zeros": lambda: torch.ones(2, requires_grad=True).new_zeros(3),
+    "new_ones": lambda: torch.ones(2, requires_grad=True).new_ones(3),
+    "new_full": lambda: torch.ones(2, requires_grad=True).new_full((3,), 2.0),
+    "new_empty": lambda: torch.ones(2, requires_grad=True).new_empty(3),
+    "new_tensor": lambda: torch.ones(2, requires_grad=True).new_tensor([1.0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FRESH))
+def test_fresh_constructors_need_no_grad(name):
+    t = _FRESH[name]()
+    assert t.requires_grad is False and t.grad_fn is None and t.is_leaf
+
+
+def test_keeping_methods_on_a_fresh_tensor_need_no_grad():
+    base = torch.zeros(2, 3)
+    for t in (
+        base.float(), base.double(), base.long(), base.half(), base.int(), base.bool(), base.to("cpu"), base.cpu(),
+        base.view(-1), base.transpose(0, 1), base.t(), base.unsqueeze(0), base.squeeze(), base.contiguous(),
+        base.reshape(3, 2), base.clone(), base.detach(), base.zero_(), base.fill_(2.0), base.normal_(0, 1),
+        base.uniform_(), base.type(torch.float64), base.permute(1, 0), base.expand(2, 2, 3), base.flatten(),
+    ):
+        assert t.requires_grad is False and t.grad_fn is None
+
+
+def test_data_is_grad_free_even_on_a_graph_tensor():
+    leaf, x = _graph_tensor()
+    for t in (leaf.data, x.data, x.data.float(), x.data.view(-1)):
+        assert t.requires_grad is False and t.grad_fn is None
+
+
+def test_variable_of_data_equals_detach():
+    # `Variable(h.data)` -> `h.detach()`: same values and storage, no graph, a leaf.
+    _, h = _graph_tensor()
+    old, new = Variable(h.data), h.detach()
+    assert torch.equal(old, new) and old.data_ptr() == new.data_ptr() == h.data_ptr()
+    assert not old.requires_grad and not new.requires_grad and old.is_leaf and new.is_leaf
+
+
+def test_dropping_the_wrapper_of_a_fresh_tensor_changes_nothing_but_identity():
+    v, t = Variable(torch.arange(3.0)), torch.arange(3.0)
+    for attr in ("dtype", "device", "shape", "requires_grad", "is_leaf", "grad_fn"):
+        assert getattr(v, attr) == getattr(t, attr), attr
+    assert torch.equal(v, t)
+
+
+_TAKES_REQUIRES_GRAD = {
+    "zeros": (2,), "ones": (2,), "empty": (2,), "full": ((2,), 1.5), "rand": (2,), "randn": (2,),
+    "arange": (3.0,), "linspace": (0, 1, 3), "logspace": (0, 1, 3), "eye": (2,), "tensor": ([1.0, 2.0],),
+    "zeros_like": (torch.ones(2),), "ones_like": (torch.ones(2),), "empty_like": (torch.ones(2),),
+    "full_like": (torch.ones(2), 3.0), "rand_like": (torch.ones(2),), "randn_like": (torch.ones(2),),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_TAKES_REQUIRES_GRAD))
+def test_constructor_requires_grad_equals_the_wrapper(name):
+    # `Variable(torch.zeros(3), requires_grad=True)` -> `torch.zeros(3, requires_grad=True)`.
+    fn, args = getattr(torch, name), _TAKES_REQUIRES_GRAD[name]
+    new = fn(*args, requires_grad=True)
+    old = Variable(fn(*args), requires_grad=True)
+    for t in (old, new):
+        assert t.requires_grad and t.is_leaf and t.grad_fn is None
+    assert old.shape == new.shape and old.dtype == new.dtype
+
+
+@pytest.mark.parametrize("method", ["new_zeros", "new_ones", "new_empty", "new_tensor", "new_full"])
+def test_new_methods_take_requires_grad(method):
+    args = {"new_tensor": ([1.0],), "new_full": ((2,), 1.0)}.get(method, ((2,),))
+    t = getattr(torch.ones(1), method)(*args, requires_grad=True)
+    assert t.requires_grad and t.is_leaf
+
+
+@pytest.mark.parametrize(
+    "make", [lambda **kw: torch.FloatTensor(3, **kw), lambda **kw: torch.ones(2).new(3, **kw)], ids=["FloatTensor", "new"]
+)
+def test_legacy_constructors_take_no_requires_grad_so_the_fix_uses_requires_grad_(make):
+    with pytest.raises(TypeError):
+        make(requires_grad=True)
+    t = make().requires_grad_()
+    assert t.requires_grad and t.is_leaf
+
+
+def test_from_numpy_takes_no_requires_grad():
+    np = pytest.importorskip("numpy")
+
+    with pytest.raises(TypeError):
+        torch.from_numpy(np.ones(2), requires_grad=True)

@@ -11,24 +11,24 @@ def train_one_epoch(model, loader, optimizer):
         optimizer.step()
 
 
+@torch.no_grad()
 def validate(model, loader):
     model.eval()
     correct, total = 0, 0
     for x, y in loader:
-        with torch.no_grad():
-            logits = model(x)  # graph recorded for nothing
+        logits = model(x)  # graph recorded for nothing
         correct += (logits.argmax(1) == y).sum().item()
         total += y.numel()
     return correct / total
 
 
+@torch.no_grad()
 def evaluate_with_tta(model, x):
     """Average over a horizontal flip."""
     model.eval()
     # two passes
-    with torch.no_grad():
-        a = model(x)
-        b = model(x.flip(-1)).flip(-1)
+    a = model(x)
+    b = model(x.flip(-1)).flip(-1)
     return (a + b) / 2
 
 

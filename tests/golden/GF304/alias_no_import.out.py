@@ -4,8 +4,8 @@ import torch as T
 
 def reset_parameters(self):
     stdv = 1.0 / self.hidden_size ** 0.5
-    for weight in self.parameters():
-        with T.no_grad():
+    with T.no_grad():
+        for weight in self.parameters():
             weight.uniform_(-stdv, stdv)
     with T.no_grad():
         self.bias.zero_()  # already grad-disabled: only `.data` goes

@@ -14,13 +14,13 @@ def weights_init(m):
             m.bias.fill_(0)
 
 
+@torch.no_grad()
 def sgd_step(model, lr):
     for p in model.parameters():
         if p.grad is None:
             continue
-        with torch.no_grad():
-            p.add_(-lr, p.grad.data)  # deprecated signature, kept as is
-            p.grad.zero_()
+        p.add_(-lr, p.grad.data)  # deprecated signature, kept as is
+        p.grad.zero_()
 
 
 def clip_critic(critic, c=0.01):
@@ -28,10 +28,10 @@ def clip_critic(critic, c=0.01):
         p.data.clamp_(-c, c)  # gradfix: ignore[GF304]
 
 
+@torch.no_grad()
 def soft_update(target, source, tau):
     for target_param, param in zip(target.parameters(), source.parameters()):
-        with torch.no_grad():
-            target_param.copy_(target_param.data * (1.0 - tau) + param.data * tau)
+        target_param.copy_(target_param.data * (1.0 - tau) + param.data * tau)
 
 
 def prune_columns(layer, keep):

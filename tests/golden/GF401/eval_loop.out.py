@@ -12,7 +12,7 @@ def test(model, test_loader, use_cuda=False):
         if use_cuda:
             data, target = data.cuda(), target.cuda()
         # no graph for evaluation
-        data, target = data.detach(), Variable(target)
+        data, target = data, Variable(target)
         output = model(data)
         test_loss += F.nll_loss(output, target, size_average=False).item()
         pred = output.max(1, keepdim=True)[1]

@@ -1,0 +1,115 @@
+"""Whether code works with gradients, and whether a file feeds a function's results into training.
+
+The GF3xx rules ask these before they take grad mode away from code: ``forward`` and hooks
+(:func:`is_hook_like`) run in their caller's mode, code that calls ``.backward()`` or reads
+``.grad`` (:func:`uses_grads`) needs graphs, and a function whose results reach a training
+function of the same file (:func:`feeds_training`) must keep them.
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+
+from gradfix.analysis.statements import is_within
+from gradfix.facts import FileFacts
+
+# Methods whose results autograd may need, or whose grad mode the caller/framework owns.
+_HOOK_NAMES = {"forward", "__call__", "backward"}
+_HOOK_PREFIXES = ("register_", "on_")
+_HOOK_SUFFIXES = ("_hook", "_step", "_epoch_end", "_batch_end")
+# Calls that show a function works with gradients.
+_GRAD_METHODS = {"backward", "requires_grad_", "retain_grad"}
+_GRAD_FUNCTIONS = {"torch.autograd.grad", "torch.autograd.backward"}
+# Per-file results, computed once.
+_TRAINING_SCOPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def is_hook_like(name: str) -> bool:
+    """``forward``, hooks and framework step methods: the caller owns their grad mode."""
+    return name in _HOOK_NAMES or name.startswith(_HOOK_PREFIXES) or name.endswith(_HOOK_SUFFIXES)
+
+
+def uses_grads(facts: FileFacts, root: ast.AST) -> bool:
+    """Whether code under ``root`` computes or asks for gradients (nested functions included).
+
+    ``.backward()``, ``torch.autograd.grad``, ``.requires_grad_()``, ``requires_grad=...``,
+    ``.retain_grad()``, reading ``.grad``, an optimizer ``.step()``, or a region that turns
+    grad mode on (``enable_grad``, ``set_grad_enabled(x)``).
+    """
+    for node in ast.walk(root):
+        if isinstance(node, ast.Attribute) and (node.attr in _GRAD_METHODS or node.attr in ("grad", "requires_grad")):
+            return True
+        if isinstance(node, ast.keyword) and node.arg == "requires_grad":
+            return True
+        if isinstance(node, ast.Call):
+            if facts.call_qualname(node) in _GRAD_FUNCTIONS:
+                return True
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "step":
+                return True
+    for region in facts.regions:
+        if region.mode != "disabled" and is_within(facts, region.owner, root):
+            return True
+    return False
+
+
+def _training_scopes(facts: FileFacts) -> set:
+    """Functions (None: module level) that train: they use grads, or are forward/step hooks."""
+    cache = _TRAINING_SCOPES.get(facts)
+    if cache is not None:
+        return cache
+    scopes: set = set()
+    for mc in facts.method_calls:
+        if mc.method in ("backward", "step"):
+            scopes.add(facts.function_of.get(mc.call))
+    for call in facts.calls:
+        if facts.call_qualname(call) in _GRAD_FUNCTIONS:
+            scopes.add(facts.function_of.get(call))
+    for func in facts.functions:
+        if is_hook_like(func.name):
+            scopes.add(func)
+    _TRAINING_SCOPES[facts] = scopes
+    return scopes
+
+
+def _references(facts: FileFacts) -> dict[str, set]:
+    """Name -> the functions (None: module) that mention it as ``name`` or ``x.name``."""
+    cache = _REFERENCES.get(facts)
+    if cache is not None:
+        return cache
+    refs: dict[str, set] = {}
+    for node, func in facts.function_of.items():
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            refs.setdefault(node.id, set()).add(func)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            refs.setdefault(node.attr, set()).add(func)
+    _REFERENCES[facts] = refs
+    return refs
+
+
+def feeds_training(facts: FileFacts, func: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether the same file may feed ``func``'s results into training.
+
+    By name, transitively: some function that mentions ``func`` (directly or through the
+    functions that call it) calls ``.backward()``/an optimizer ``.step()``/``autograd.grad``,
+    or is a ``forward``/hook/step method. Over-approximate on purpose (any ``x.name`` counts).
+    """
+    training = _training_scopes(facts)
+    refs = _references(facts)
+    seen: set = {func}
+    todo = [func.name]
+    names_seen = {func.name}
+    while todo:
+        name = todo.pop()
+        for caller in refs.get(name, ()):
+            if caller in seen:
+                continue
+            if caller in training:
+                return True
+            seen.add(caller)
+            caller_name = getattr(caller, "name", None)
+            if caller_name and caller_name not in names_seen:
+                names_seen.add(caller_name)
+                todo.append(caller_name)
+    return False

@@ -1,0 +1,170 @@
+"""Grad-mode ``with`` blocks and the statements whose effect does not depend on the grad mode.
+
+Which expressions compute nothing grad-mode dependent (:func:`is_inert`), which statements
+are grad-neutral (:func:`is_neutral_statement`: ``del``, cleanup, logging), which trailing
+``torch.save`` calls could run outside the block (:func:`trailing_saves`) and which ``with``
+headers can be dropped (:func:`droppable_grad_with`). GF202, GF203 and GF204 ask these.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+# Attributes that compute a new tensor view (recorded by autograd outside no_grad).
+_VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
+# Builtins whose result does not depend on the grad mode (when not shadowed).
+_INERT_BUILTINS = frozenset({"len", "str", "repr", "int", "float", "bool", "round", "format", "type"})
+_INERT_QUALNAMES = frozenset(
+    {
+        "os.path.join",
+        "os.fspath",
+        "pathlib.Path",
+        "torch.cuda.memory_allocated",
+        "torch.cuda.max_memory_allocated",
+        "torch.cuda.memory_reserved",
+        "torch.cuda.max_memory_reserved",
+    }
+)
+# Methods that read a value without recording autograd work.
+_INERT_METHODS = frozenset({"item", "state_dict", "format"})
+_LOG_LEVELS = frozenset({"debug", "info", "warning", "warn", "error", "critical", "exception", "log"})
+_LOGGER_NAME = re.compile(r"^_*(log|logger)$", re.IGNORECASE)
+
+
+def is_builtin(facts, name: str, at: ast.AST) -> bool:
+    """``name`` at ``at`` means the builtin: no import, parameter or assignment binds it."""
+    for scope in facts._scopes_for(at):
+        if name in scope.imports or name in scope.locals:
+            return False
+    return True
+
+
+def is_inert(facts, expr: ast.AST | None) -> bool:
+    """Evaluating ``expr`` does no grad-mode dependent work (conservative: False if unsure).
+
+    Names, constants, attribute chains, literals of those, f-strings, ``.item()``,
+    ``.state_dict()``, ``len()``/``str()``…, ``os.path.join`` and string/path ``+``/``/``.
+    """
+    if expr is None:
+        return True
+    if isinstance(expr, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(expr, ast.Attribute):
+        return expr.attr not in _VIEW_ATTRS and is_inert(facts, expr.value)
+    if isinstance(expr, ast.JoinedStr):
+        return all(is_inert(facts, v) for v in expr.values)
+    if isinstance(expr, ast.FormattedValue):
+        return is_inert(facts, expr.value) and is_inert(facts, expr.format_spec)
+    if isinstance(expr, (ast.Tuple, ast.List, ast.Set)):
+        return all(is_inert(facts, e) for e in expr.elts)
+    if isinstance(expr, ast.Starred):
+        return is_inert(facts, expr.value)
+    if isinstance(expr, ast.Dict):
+        return all(is_inert(facts, k) for k in expr.keys) and all(is_inert(facts, v) for v in expr.values)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Div, ast.Mod)):
+        # String formatting / path joining only: one side must be a string literal.
+        stringy = [e for e in (expr.left, expr.right) if _is_string_literal(e)]
+        return bool(stringy) and is_inert(facts, expr.left) and is_inert(facts, expr.right)
+    if isinstance(expr, ast.Call):
+        args_ok = all(is_inert(facts, a) for a in expr.args) and all(is_inert(facts, k.value) for k in expr.keywords)
+        if not args_ok:
+            return False
+        func = expr.func
+        if isinstance(func, ast.Name) and func.id in _INERT_BUILTINS and is_builtin(facts, func.id, func):
+            return True
+        if facts.qualname(func) in _INERT_QUALNAMES:
+            return True
+        if isinstance(func, ast.Attribute) and func.attr in _INERT_METHODS:
+            if func.attr == "format":
+                return _is_string_literal(func.value)
+            if func.attr == "item":
+                return not expr.args and not expr.keywords and is_inert(facts, func.value)
+            return is_inert(facts, func.value)
+    return False
+
+
+def _is_string_literal(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.JoinedStr) or (isinstance(expr, ast.Constant) and isinstance(expr.value, str))
+
+
+def _is_logging_call(facts, call: ast.Call) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _LOG_LEVELS:
+        return False
+    qual = facts.qualname(func)
+    if qual is not None and qual.startswith("logging."):
+        return True
+    receiver = func.value
+    if isinstance(receiver, ast.Call):  # logging.getLogger(__name__).info(...)
+        return facts.call_qualname(receiver) == "logging.getLogger" and all(is_inert(facts, a) for a in receiver.args)
+    if isinstance(receiver, ast.Name):
+        return bool(_LOGGER_NAME.match(receiver.id)) and facts.resolve_name(receiver.id, receiver) is None
+    if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name) and receiver.value.id == "self":
+        return bool(_LOGGER_NAME.match(receiver.attr))
+    return False
+
+
+def is_neutral_statement(facts, stmt: ast.stmt) -> bool:
+    """``del``, ``pass``, ``gc.collect()``, ``torch.cuda.empty_cache()``, print/logging of inert values."""
+    if isinstance(stmt, (ast.Pass, ast.Delete)):
+        return True
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    call = stmt.value
+    args_inert = all(is_inert(facts, a) for a in call.args) and all(is_inert(facts, k.value) for k in call.keywords)
+    if not args_inert:
+        return False
+    qual = facts.call_qualname(call)
+    if qual in ("gc.collect", "torch.cuda.empty_cache"):
+        return True
+    if isinstance(call.func, ast.Name) and call.func.id == "print" and is_builtin(facts, "print", call.func):
+        return True
+    return _is_logging_call(facts, call)
+
+
+def grad_with_regions(facts, node: ast.With | ast.AsyncWith) -> list:
+    """The grad regions among ``node``'s items (with their own ``api``), in item order."""
+    items = {id(i.context_expr): n for n, i in enumerate(node.items)}
+    found = [r for r in facts.regions if r.owner is node and r.kind == "with"]
+    return sorted(found, key=lambda r: items.get(id(r.expr), 0))
+
+
+def droppable_grad_with(facts, node: ast.AST) -> bool:
+    """A plain ``with <grad api>(<inert args>):`` (every item one, no ``as``) that can be removed."""
+    if not isinstance(node, ast.With):
+        return False
+    regions = grad_with_regions(facts, node)
+    if len(regions) != len(node.items) or not regions:
+        return False
+    for item, region in zip(node.items, regions):
+        if item.optional_vars is not None or region.api is None or not region.called:
+            return False
+        call = region.expr
+        if not (all(is_inert(facts, a) for a in call.args) and all(is_inert(facts, k.value) for k in call.keywords)):
+            return False
+    return True
+
+
+def is_inert_save(facts, stmt: ast.stmt) -> bool:
+    """A bare ``torch.save(...)`` statement whose arguments compute nothing.
+
+    ``torch.save(model(x), f)`` is not: the argument is evaluated under the block's grad mode
+    and saves a different tensor outside it (pinned in tests/facts/test_gf203_facts.py).
+    """
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return False
+    call = stmt.value
+    if facts.call_qualname(call) != "torch.save":
+        return False
+    return all(is_inert(facts, a) for a in call.args) and all(is_inert(facts, k.value) for k in call.keywords)
+
+
+def trailing_saves(facts, body: list[ast.stmt]) -> int:
+    """How many statements at the end of ``body`` are inert ``torch.save`` calls."""
+    count = 0
+    for stmt in reversed(body):
+        if not is_inert_save(facts, stmt):
+            break
+        count += 1
+    return count

@@ -1,0 +1,236 @@
+"""Statements and blocks, for the fixes that move, wrap or unwrap them.
+
+Where a statement sits (:func:`statement_block`), the smallest run of statements that holds
+some nodes (:func:`smallest_run`), whether a run can move into an indented block
+(:func:`can_wrap`), and the LibCST edits that wrap a run in ``with torch.no_grad():`` or
+unwrap a ``with`` while keeping every comment.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Callable, Sequence
+
+import libcst as cst
+
+from gradfix.facts import FileFacts
+from gradfix.model import Span
+
+
+def header_comment_lines(with_node: cst.With) -> list[cst.EmptyLine]:
+    """The ``with …:  # comment`` trailing comment as an own-line comment (or nothing)."""
+    body = with_node.body
+    if isinstance(body, cst.IndentedBlock) and body.header.comment is not None:
+        return [cst.EmptyLine(comment=body.header.comment)]
+    return []
+
+
+def unwrap_with(with_node: cst.With, statements: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """``statements`` (from the ``with`` body) ready to stand in place of ``with_node``.
+
+    The first one takes the ``with``'s leading lines and its header comment; a body footer
+    holding comments has no place to go, so it stops the fix.
+    """
+    from gradfix.fixer import FixError
+
+    body = with_node.body
+    if isinstance(body, cst.IndentedBlock) and any(line.comment is not None for line in body.footer):
+        raise FixError("comments after the last statement of the block have no place to go")
+    if not statements:
+        return []
+    first = statements[0]
+    lead = [*with_node.leading_lines, *header_comment_lines(with_node), *first.leading_lines]
+    return [first.with_changes(leading_lines=lead), *statements[1:]]
+
+
+def torch_reachable(facts: FileFacts, node: ast.AST) -> bool:
+    """Whether the name the fixer will write for torch (``FixContext.torch_name``: a
+    module-level ``import torch [as T]``, else an added ``import torch``) means the module at
+    ``node``: a parameter or local named ``torch`` there would capture ``torch.no_grad()``."""
+    names = facts.torch_module_names()
+    if names:
+        return all(facts.resolve_name(n, node) == "torch" for n in names)
+    scopes = [facts.scope_of_node[f] for f in facts.enclosing_functions(node)] + [facts.scope_of_node[facts.tree]]
+    return all("torch" not in scope.locals and "torch" not in scope.imports for scope in scopes)
+
+
+def is_within(facts: FileFacts, node: ast.AST, root: ast.AST) -> bool:
+    while node is not None:
+        if node is root:
+            return True
+        node = facts.parents.get(node)
+    return False
+
+
+def own_nodes(func) -> list[ast.AST]:
+    """Nodes of ``func``'s body, not descending into nested functions, lambdas or classes."""
+    out: list[ast.AST] = []
+    todo = list(func.body)
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def statement_block(facts: FileFacts, stmt: ast.stmt) -> tuple[ast.AST, str] | None:
+    """The (parent node, field) whose statement list holds ``stmt``."""
+    parent = facts.parents.get(stmt)
+    for field in ("body", "orelse", "finalbody"):
+        body = getattr(parent, field, None)
+        if isinstance(body, list) and any(s is stmt for s in body):
+            return parent, field
+    return None
+
+
+def alone_on_its_lines(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
+    """No other statement shares a line with the run ``first``..``last`` (no ``;``, no
+    ``if x: stmt`` one-liner), so the run can move into an indented block."""
+    before = facts.line_text(first.lineno).encode("utf-8")[: first.col_offset]
+    after = facts.line_text(last.end_lineno).encode("utf-8")[last.end_col_offset :].strip()
+    return not before.strip() and (not after or after.startswith(b"#"))
+
+
+def alone_on_its_line(facts: FileFacts, stmt: ast.stmt) -> bool:
+    """``stmt`` is one line that it fills, apart from indentation and a trailing comment."""
+    return stmt.lineno == stmt.end_lineno and alone_on_its_lines(facts, stmt, stmt)
+
+
+def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
+    """Whether ``run`` (consecutive statements of one block) can move into a ``with`` body.
+
+    Not when it suspends (``yield``/``await``: the grad mode would leak to the consumer while
+    suspended) or defines functions/classes (decorator positions differ between parsers).
+    """
+    if not alone_on_its_lines(facts, run[0], run[-1]):
+        return False
+    if any(facts.line_text(s.lineno).encode("utf-8")[: s.col_offset].strip() for s in run):
+        return False
+    for stmt in run:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return False
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
+                return False
+    return True
+
+
+def wrap_in_no_grad(
+    ctx,
+    spans: Sequence[Span],
+    transform: Callable[[cst.BaseStatement], cst.BaseStatement] | None = None,
+) -> list:
+    """Edits that put the consecutive statements at ``spans`` into one ``with torch.no_grad():``.
+
+    The first statement becomes the ``with`` (keeping its leading comments and blank lines
+    above the ``with``), the others are removed from their place; ``transform`` may rewrite
+    each statement on the way in. Comments between the statements move with them.
+    """
+    from gradfix.fixer import Edit
+
+    stmts = [ctx.node_at(span, cst.BaseStatement) for span in spans]
+    body = [transform(s) if transform else s for s in stmts]
+    leading = stmts[0].leading_lines
+    body[0] = body[0].with_changes(leading_lines=())
+    header = ctx.statement(f"with {ctx.torch_name()}.no_grad():\n    pass\n")
+    wrapper = header.with_changes(body=header.body.with_changes(body=body), leading_lines=leading)
+    return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
+
+
+def body_without_docstring(func) -> list[ast.stmt]:
+    body = list(func.body)
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        body = body[1:]
+    return body
+
+
+def innermost_loop(facts: FileFacts, func, stmts: Sequence[ast.stmt]) -> ast.stmt | None:
+    """The innermost ``for``/``while`` loop of ``func`` whose body holds all of ``stmts``
+    (not one of ``stmts`` itself), or None."""
+    node = facts.parents.get(stmts[0])
+    while node is not None and node is not func and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+        if isinstance(node, (ast.For, ast.While)) and not node.orelse:
+            if all(any(is_within(facts, s, b) for b in node.body) for s in stmts):
+                return node
+        node = facts.parents.get(node)
+    return None
+
+
+def around_run(func, run: Sequence[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]] | None:
+    """The statements of ``func``'s body (docstring aside) before and after ``run``, when
+    ``run`` is a piece of that body; else None. A rule that would wrap ``run`` decorates the
+    function instead when nothing that matters is left outside."""
+    if not isinstance(func, ast.FunctionDef) or not run:
+        return None
+    body = body_without_docstring(func)
+    index = next((i for i, s in enumerate(body) if s is run[0]), None)
+    if index is None or body[index : index + len(run)] != list(run):
+        return None
+    return body[:index], body[index + len(run) :]
+
+
+def decorate_with_no_grad(ctx, first_body_span: Span, transform=None) -> list:
+    """Edits that put ``@torch.no_grad()`` on the function whose body starts at
+    ``first_body_span`` (closest to the ``def``, under ``@staticmethod`` and friends);
+    ``transform`` may rewrite each body statement."""
+    from gradfix.fixer import Edit, FixError
+
+    stmt = ctx.node_at(first_body_span, cst.BaseStatement)
+    block = ctx.parent(stmt)
+    func = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if not isinstance(func, cst.FunctionDef):
+        raise FixError("the function changed")
+    decorator = cst.Decorator(decorator=ctx.expr(f"{ctx.torch_name()}.no_grad()"))
+    body = block.with_changes(body=[transform(s) if transform else s for s in block.body])
+    return [Edit(func, func.with_changes(decorators=[*func.decorators, decorator], body=body))]
+
+
+def smallest_run(facts: FileFacts, func, nodes: Sequence[ast.AST]) -> list[ast.stmt] | None:
+    """The fewest consecutive statements of one block (owned by ``func``) that hold ``nodes``.
+
+    Nodes in different blocks (an ``if`` and its ``else``) give the statement enclosing both.
+    """
+    paths = []
+    for node in nodes:
+        path = []
+        current = node
+        while current is not None and current is not func:
+            if isinstance(current, ast.stmt):
+                block = statement_block(facts, current)
+                if block is None:
+                    return None
+                body = getattr(*block)
+                path.append((block, next(i for i, s in enumerate(body) if s is current)))
+            current = facts.parents.get(current)
+        paths.append(list(reversed(path)))
+    if not paths or not all(paths):
+        return None
+    level = 0
+    while all(len(p) > level for p in paths) and len({(id(p[level][0][0]), p[level][0][1], p[level][1]) for p in paths}) == 1:
+        level += 1
+    if all(len(p) > level for p in paths) and len({(id(p[level][0][0]), p[level][0][1]) for p in paths}) == 1:
+        block = paths[0][level][0]
+        indexes = [p[level][1] for p in paths]
+        return getattr(*block)[min(indexes) : max(indexes) + 1]
+    if level == 0:
+        return None
+    block, index = paths[0][level - 1]
+    return [getattr(*block)[index]]
+
+
+def comment_lines(stmt: cst.SimpleStatementLine, indent: str | None = None) -> list[cst.EmptyLine]:
+    """``stmt``'s leading lines and trailing comment as own lines (at ``indent`` if given)."""
+    lines = list(stmt.leading_lines)
+    comment = stmt.trailing_whitespace.comment
+    if comment is not None:
+        lines.append(cst.EmptyLine(comment=comment))
+    if indent is None:
+        return lines
+    out = []
+    for line in lines:
+        if line.indent and line.comment is not None:
+            line = line.with_changes(indent=False, whitespace=cst.SimpleWhitespace(indent + line.whitespace.value))
+        out.append(line)
+    return out

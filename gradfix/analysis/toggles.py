@@ -1,0 +1,157 @@
+"""The toggle hack: ``set_grad_enabled(True)`` … ``set_grad_enabled(False)`` inside a
+grad-disabled ``with`` (article §3.2). GF202 rewrites these pairs; GF201 leaves them to it.
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+from dataclasses import dataclass
+
+from gradfix.analysis.regions import grad_with_regions
+
+_PAIRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # facts -> its pairs, found once
+
+
+@dataclass
+class TogglePair:
+    """``torch.set_grad_enabled(True)`` … ``torch.set_grad_enabled(False)`` in a disabled ``with``."""
+
+    with_node: ast.With
+    block: list[ast.stmt]  # the statement list holding both toggles
+    start: int  # index of the enabling toggle in block
+    end: int  # index of the disabling toggle
+
+    @property
+    def moved(self) -> list[ast.stmt]:
+        return self.block[self.start + 1 : self.end]
+
+
+def _toggle_value(facts, stmt: ast.stmt):
+    """True/False for a bare ``torch.set_grad_enabled(<literal>)`` statement, else None."""
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        if facts.call_qualname(call) == "torch.set_grad_enabled" and len(call.args) + len(call.keywords) == 1:
+            value = call.args[0] if call.args else (call.keywords[0].value if call.keywords[0].arg == "mode" else None)
+            if isinstance(value, ast.Constant) and isinstance(value.value, bool):
+                return value.value
+    return None
+
+
+def _toggle_calls(facts, stmts: list[ast.stmt], region_exprs: set[int]) -> set[int]:
+    """ids of every grad-mode toggle call in ``stmts`` that is not a with-item or decorator."""
+    found = set()
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call) and id(node) not in region_exprs:
+                if facts.call_qualname(node) == "torch.set_grad_enabled" or (
+                    isinstance(node.func, ast.Attribute) and node.func.attr == "_set_grad_enabled"
+                ):
+                    found.add(id(node))
+    return found
+
+
+def _disabled_with(facts, node: ast.AST) -> bool:
+    if not isinstance(node, ast.With):
+        return False
+    regions = grad_with_regions(facts, node)
+    return bool(regions) and regions[-1].called and regions[-1].api is not None and regions[-1].mode == "disabled"
+
+
+def _blocks(body: list[ast.stmt]):
+    """``body`` and the bodies of the ``for``/``while``/``if`` statements in it, recursively.
+
+    Not through ``try`` or another ``with``: an exception they catch would keep running the
+    block with the toggled mode, where the rewrite would not.
+    """
+    yield body
+    for stmt in body:
+        if isinstance(stmt, (ast.For, ast.While, ast.If)):
+            yield from _blocks(stmt.body)
+            yield from _blocks(stmt.orelse)
+
+
+def _escapes(stmts: list[ast.stmt]) -> bool:
+    """Whether a ``break``/``continue`` in ``stmts`` leaves them (skipping a closing toggle)."""
+
+    def visit(node: ast.AST, in_loop: bool) -> bool:
+        if isinstance(node, (ast.Break, ast.Continue)):
+            return not in_loop
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        for field_name, value in ast.iter_fields(node):
+            loop_body = isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and field_name == "body"
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, ast.AST) and visit(child, in_loop or loop_body):
+                    return True
+        return False
+
+    return any(visit(stmt, False) for stmt in stmts)
+
+
+def toggle_pairs(facts) -> list[TogglePair]:
+    """Every toggle pair of the hack (GF202's; GF201 leaves them to it while it is enabled).
+
+    In a grad-disabled ``with``: a bare ``torch.set_grad_enabled(True)`` and the next bare
+    ``torch.set_grad_enabled(False)`` in the same statement list (the with's body or a
+    ``for``/``while``/``if`` body inside it). A ``with`` is claimed only when every toggle in
+    it belongs to such a pair: after any other toggle (a lone ``True``, a computed mode, a
+    toggle in a ``try``) the mode at an enabling toggle is not known to be off. A nested pair
+    must not ``break``/``continue`` past its closing toggle.
+    """
+    cache = _PAIRS.get(facts)
+    if cache is not None:
+        return cache
+    region_exprs = {id(r.expr) for r in facts.regions}
+    pairs = []
+    for node in facts.withs:
+        if not _disabled_with(facts, node):
+            continue
+        toggles = _toggle_calls(facts, node.body, region_exprs)
+        if not toggles:
+            continue
+        found, claimed, ok = [], set(), True
+        for block in _blocks(node.body):
+            start = None
+            for index, stmt in enumerate(block):
+                value = _toggle_value(facts, stmt)
+                if value is True and start is None:
+                    start = index
+                elif value is False and start is not None:
+                    pair = TogglePair(node, block, start, index)
+                    if block is not node.body and _escapes(pair.moved):
+                        ok = False
+                    found.append(pair)
+                    claimed |= {id(block[start].value), id(stmt.value)}
+                    start = None
+        if ok and found and claimed == toggles:
+            pairs.extend(found)
+    _PAIRS[facts] = pairs
+    return pairs
+
+
+def hack_statements(facts, toggles: list[tuple[ast.stmt, bool | None]]) -> set[ast.stmt]:
+    """The bare toggles (``(statement, literal mode)``) that belong to the hack.
+
+    Generous on purpose (a superset of :func:`toggle_pairs`): every bare toggle in a
+    grad-disabled region that holds a literal ``True`` toggle followed by a literal ``False``
+    one, so that a rule leaving the hack to GF202 never half-handles such a region.
+    """
+    in_region: dict[int, list[tuple[ast.stmt, bool | None]]] = {}
+    for stmt, mode in toggles:
+        regions = facts.regions_around(stmt)
+        if regions and regions[0].disables:
+            in_region.setdefault(id(regions[0]), []).append((stmt, mode))
+    found: set[ast.stmt] = set()
+    for pair in toggle_pairs(facts):
+        found.update((pair.block[pair.start], pair.block[pair.end]))
+    for members in in_region.values():
+        members.sort(key=lambda m: (m[0].lineno, m[0].col_offset))
+        seen_true = False
+        for _, mode in members:
+            if mode is True:
+                seen_true = True
+            elif mode is False and seen_true:
+                found.update(stmt for stmt, _ in members)
+                break
+    return found

@@ -1,0 +1,606 @@
+"""Legacy ``torch.autograd.Variable(...)`` calls: finding them, and rewriting them (GF401, GF402).
+
+:func:`variable_calls` sorts out each call's arguments once; the rewrites (``x.detach()`` and
+friends) and the removal of the unused import are built here so that every rule writes them
+the same way.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import io
+import os
+import re
+import tokenize
+import weakref
+from dataclasses import dataclass
+from typing import Iterator
+
+import libcst as cst
+
+from gradfix.analysis.statements import statement_block
+from gradfix.facts import dotted_name, target_names
+from gradfix.model import FixSafety
+
+VARIABLE = "torch.autograd.Variable"
+# The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
+_POSITIONAL = ("data", "requires_grad", "volatile")
+
+
+@dataclass(frozen=True)
+class VariableCall:
+    """One call of ``torch.autograd.Variable`` with its arguments sorted out.
+
+    ``blocker`` says why no exact rewrite can be built (``**kwargs``, extra arguments), or
+    is None. ``import_module`` is the module to drop ``Variable`` from once it is unused
+    (None when the call does not use a plain ``from ... import Variable``).
+    """
+
+    call: ast.Call
+    data: ast.expr | None
+    requires_grad: ast.expr | None
+    volatile: ast.expr | None
+    blocker: str | None
+    import_module: str | None
+
+# -- what an expert writes instead ----------------------------------------------------------------
+# Torch functions that build a new tensor that needs no grad (pinned in
+# tests/facts/test_gf402_facts.py); those that also take ``requires_grad=`` are marked True.
+_CONSTRUCTORS = {
+    **dict.fromkeys(
+        "zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor "
+        "zeros_like ones_like empty_like full_like rand_like randn_like".split(),
+        True,
+    ),
+    **dict.fromkeys(
+        "from_numpy Tensor FloatTensor DoubleTensor HalfTensor LongTensor IntTensor ShortTensor ByteTensor "
+        "CharTensor BoolTensor".split(),
+        False,
+    ),
+}
+# Tensor methods that build a new tensor needing no grad, whatever they are called on.
+_NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor".split(), True), "new": False}
+# Methods that keep a tensor that needs no grad that way (conversions, views, in-place fills).
+_KEEPING_METHODS = frozenset(
+    "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
+    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory".split()
+)
+# Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``).
+_LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
+_EVIDENCE = {"fresh": "a fresh tensor", "data": "a tensor's `.data`"}
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What one ``Variable(...)`` call becomes.
+
+    ``kind``: ``drop`` (the argument alone), ``detach_data`` (``h.data`` -> ``h.detach()``),
+    ``constructor_flag`` (``requires_grad=`` moves into the constructor call),
+    ``requires_grad`` (``x.requires_grad_(flag)`` on a fresh tensor), ``detach``
+    (``x.detach()``, the exact alias) or ``exact`` (``x.detach().requires_grad_(flag)`` with the
+    flag as written, for ``style = "exact"``). ``assumption`` says why the rewrite is unsafe, if it is.
+    """
+
+    kind: str
+    text: str
+    safety: FixSafety
+    data: ast.expr | None = None  # the wrapped argument
+    evidence: str = ""  # why this form, for the message ("the argument is a fresh tensor")
+    assumption: str = ""
+
+    @property
+    def title(self) -> str:
+        shown = self.text if len(self.text) <= 48 and "\n" not in self.text else None
+        if self.kind == "drop":
+            title = f"Drop the wrapper: `{shown}`" if shown else "Drop the `Variable(...)` wrapper"
+        elif self.kind == "constructor_flag":
+            title = f"Write `{shown}`" if shown else "Pass `requires_grad=` to the constructor"
+        else:
+            title = f"Write `{shown}`" if shown else f"Write `.{'requires_grad_' if self.kind == 'requires_grad' else 'detach'}()`"
+        return f"{title} ({self.assumption})" if self.assumption else title
+
+
+def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
+    """The rewrite of a fixable call: the idiomatic form, or always ``.detach()`` if ``exact``."""
+    data, flag = found.data, found.requires_grad
+    literal = truthiness(flag)  # False when no flag is given
+    receiver = receiver_text(facts, data)
+    wanted_flag = "" if literal is True else flag_text(facts, flag) if flag is not None else ""
+    grad_free = None if exact else _grad_free(facts, data)
+    if grad_free == "data" and isinstance(data, ast.Attribute) and data.attr == "data":
+        text = f"{receiver_text(facts, data.value)}.detach()"
+        if literal is not False:
+            text += f".requires_grad_({wanted_flag})"
+        return Rewrite("detach_data", text, FixSafety.SAFE, data, _EVIDENCE["data"])
+    if grad_free and literal is False:
+        return Rewrite("drop", facts.segment(data), FixSafety.SAFE, data, _EVIDENCE[grad_free])
+    if grad_free:
+        if _takes_requires_grad(facts, data):
+            text = facts.segment(data)[:-1].rstrip().rstrip(",")
+            sep = "" if text.endswith("(") else ", "
+            shown_flag = "True" if literal is True else flag_text(facts, flag)
+            return Rewrite("constructor_flag", f"{text}{sep}requires_grad={shown_flag})", FixSafety.SAFE, data, _EVIDENCE["fresh"])
+        return Rewrite("requires_grad", f"{receiver}.requires_grad_({wanted_flag})", FixSafety.SAFE, data, _EVIDENCE[grad_free])
+    if not exact and literal is False and _loader_batch(facts, data, found.call):
+        name = _root(data).id
+        return Rewrite(
+            "drop",
+            facts.segment(data),
+            FixSafety.UNSAFE,
+            data,
+            f"the loader batch `{name}`",
+            "assumes the batch needs no grad",
+        )
+    text = f"{receiver}.detach()"
+    if flag is not None and (exact or literal is not False):
+        text += f".requires_grad_({flag_text(facts, flag) if exact else wanted_flag})"
+    return Rewrite("exact" if exact else "detach", text, FixSafety.SAFE, data)
+
+
+def _call_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _constructor(facts, expr: ast.expr) -> bool | None:
+    """For a call that builds a fresh tensor needing no grad: whether it takes ``requires_grad=``
+    (True/False); None for anything else. A call that already passes ``requires_grad`` or
+    ``out=`` is not fresh."""
+    if not isinstance(expr, ast.Call):
+        return None
+    if any(k.arg in ("requires_grad", "out") for k in expr.keywords):
+        return None
+    qual = facts.qualname(expr.func) or ""
+    prefix, _, last = qual.rpartition(".")
+    if prefix in ("torch", "torch.cuda") and last in _CONSTRUCTORS:
+        return _CONSTRUCTORS[last] and prefix == "torch"
+    if isinstance(expr.func, ast.Attribute) and qual == "" and expr.func.attr in _NEW_METHODS:
+        return _NEW_METHODS[expr.func.attr]
+    return None
+
+
+def _takes_requires_grad(facts, expr: ast.expr) -> bool:
+    """``expr`` is a one-line constructor call that ``requires_grad=`` can be added to."""
+    return (
+        _constructor(facts, expr) is True
+        and expr.lineno == expr.end_lineno
+        and all(k.arg is not None for k in expr.keywords)
+    )
+
+
+def _grad_free(facts, expr: ast.expr) -> str | None:
+    """``"fresh"`` when ``expr`` surely needs no grad (a fresh constructor, maybe through
+    conversions/views), ``"data"`` for ``x.data`` (and such chains on it), else None."""
+    node = expr
+    while True:
+        if _constructor(facts, node) is not None:
+            return "fresh"
+        if isinstance(node, ast.Attribute) and node.attr == "data":
+            return "data"
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            return None
+        if node.func.attr not in _KEEPING_METHODS:
+            return None
+        if node.func.attr == "fill_" and not all(isinstance(a, ast.Constant) for a in node.args):
+            return None  # a tensor fill value may need grad
+        node = node.func.value
+
+
+def _root(expr: ast.expr) -> ast.expr:
+    """The name under ``batch[0].cuda()``, ``batch.text``, ``Variable(data).cuda()`` (or the
+    expression itself when there is none)."""
+    while True:
+        if isinstance(expr, ast.Call) and _call_name(expr) == "Variable" and expr.args:
+            expr = expr.args[0]
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _KEEPING_METHODS:
+            expr = expr.func.value
+        elif isinstance(expr, (ast.Subscript, ast.Attribute)):
+            expr = expr.value
+        else:
+            return expr
+
+
+def _loader_iterable(facts, expr: ast.expr) -> bool:
+    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``."""
+    if isinstance(expr, ast.Call):
+        if (facts.qualname(expr.func) or "").endswith("DataLoader"):
+            return True
+        if _call_name(expr) in ("enumerate", "tqdm", "iter", "zip"):
+            return any(_loader_iterable(facts, a) for a in expr.args)
+        expr = expr.func  # get_loader(), self.train_loader()
+    name = dotted_name(expr)
+    return name is not None and bool(_LOADER_NAME.search(name.rpartition(".")[2]))
+
+
+def _loader_batch(facts, data: ast.expr, call: ast.Call) -> bool:
+    """``data`` is (a piece of) a batch that a ``for`` loop around ``call`` takes from a loader,
+    not rebound in the loop body to anything but itself (``data = data.cuda()``)."""
+    root = _root(data)
+    if not isinstance(root, ast.Name):
+        return False
+    node = call
+    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        parent = facts.parents.get(node)
+        if isinstance(parent, (ast.For, ast.AsyncFor)) and node in parent.body:
+            if root.id in target_names(parent.target):
+                return _loader_iterable(facts, parent.iter) and not _rebound(parent, root.id)
+        node = parent
+    return False
+
+
+def _rebound(loop: ast.For | ast.AsyncFor, name: str) -> bool:
+    """Whether the loop body binds ``name`` to something not computed from ``name`` itself."""
+    for node in ast.walk(loop):
+        if node is loop.target or not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)):
+            continue
+        if isinstance(node, ast.Assign):
+            pairs = []
+            for target in node.targets:
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts):
+                    pairs += zip(target.elts, node.value.elts)
+                else:
+                    pairs.append((target, node.value))
+            for target, value in pairs:
+                if name in target_names(target) and not (isinstance(target, ast.Name) and _root_name(value) == name):
+                    return True
+        elif node is not loop and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(getattr(node, "target", node))):
+            return True
+    return False
+
+
+def _root_name(expr: ast.expr) -> str | None:
+    root = _root(expr)
+    return root.id if isinstance(root, ast.Name) else None
+
+
+def variable_calls(facts) -> Iterator[VariableCall]:
+    """Calls that resolve to ``torch.autograd.Variable`` (any import spelling)."""
+    own_definition = defines_name(facts, "Variable")
+    for call in facts.calls:
+        if facts.call_qualname(call) != VARIABLE:
+            continue
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in own_definition:
+            continue  # a local ``class Variable``/``def Variable`` may win at run time
+        args: dict[str, ast.expr] = {}
+        blocker = None
+        for index, arg in enumerate(call.args):
+            if isinstance(arg, ast.Starred) or index >= len(_POSITIONAL):
+                blocker = "it passes `*args` or more than three positional arguments"
+                break
+            args[_POSITIONAL[index]] = arg
+        for kw in call.keywords:
+            if kw.arg is None:
+                blocker = "it passes `**kwargs`"
+            elif kw.arg in _POSITIONAL and kw.arg not in args:
+                args[kw.arg] = kw.value
+            else:
+                blocker = f"it passes `{kw.arg}=`, which has no modern equivalent"
+        if blocker is None and (
+            "data" not in args or isinstance(args["data"], (ast.Constant, ast.Lambda, ast.JoinedStr))
+        ):
+            blocker = "it wraps no tensor (it raises TypeError today)"
+        if blocker is None:
+            kept = [args["data"], args.get("requires_grad")]
+            if _comments(facts, call) != sum(_comments(facts, n) for n in kept if n is not None):
+                blocker = "a comment inside the call would be lost"
+        module = import_to_drop(facts, func)
+        yield VariableCall(call, args.get("data"), args.get("requires_grad"), args.get("volatile"), blocker, module)
+
+
+_REMOVABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # facts -> may the import go
+
+
+def import_to_drop(facts, use: ast.expr) -> str | None:
+    """The module to drop ``Variable`` from once the fix removes ``use`` and no use is left,
+    or None: ``use`` is not a plain ``Variable`` from ``from M import Variable``, or another
+    module may take ``Variable`` from this one (``__init__.py``, a ``try`` fallback import,
+    ``from this import *`` next door)."""
+    if not (isinstance(use, ast.Name) and use.id == "Variable"):
+        return None
+    removable = _REMOVABLE.get(facts)
+    if removable is None:  # computed once per file (it may read sibling files)
+        removable = (
+            not _is_package_init(facts.path)
+            and not _imported_in_try(facts, "Variable")
+            and not _reexported(facts, "Variable")
+        )
+        _REMOVABLE[facts] = removable
+    if not removable:
+        return None
+    target = facts.resolve_name("Variable", use) or ""
+    return target.rpartition(".")[0] or None
+
+
+def _comments(facts, node: ast.AST) -> int:
+    """Comments inside ``node``'s source text."""
+    text = facts.segment(node)
+    if "#" not in text:
+        return 0
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(f"({text})").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return 1 << 20  # cannot tell: count as "would lose one"
+    return sum(t.type == tokenize.COMMENT for t in tokens)
+
+
+def defines_name(facts, name: str) -> set[str]:
+    nodes = [*facts.functions, *(n for n in facts.function_of if isinstance(n, ast.ClassDef))]
+    return {name} if any(n.name == name for n in nodes) else set()
+
+
+def _imported_in_try(facts, name: str) -> bool:
+    """Whether a ``from ... import name`` sits in a ``try`` (a fallback import).
+
+    LibCST's RemoveImportsVisitor would leave ``try: pass`` behind; keep such imports.
+    """
+    for node in facts.function_of:
+        if isinstance(node, ast.ImportFrom) and any(a.name == name and not a.asname for a in node.names):
+            parent = facts.parents.get(node)
+            while parent is not None:
+                if isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+                    return True
+                parent = facts.parents.get(parent)
+    return False
+
+
+def _reexported(facts, name: str) -> bool:
+    """Whether another module may take ``name`` from this one.
+
+    Without ``__all__``, ``from model import *`` copies every public global, imported
+    ``Variable`` included, and 2017 scripts relied on that (``train.py`` calls ``Variable``
+    after ``from model import *``). Files next to this one and one folder up are searched for
+    ``from <this module> import *`` / ``import ... Variable``; with ``__all__`` only a listed
+    name is exported.
+    """
+    for node in facts.tree.body:
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                return name in facts.segment(node)
+    path = facts.path
+    if not path or not os.path.isfile(path):
+        return False
+    folder = os.path.dirname(os.path.abspath(path))
+    stem = os.path.basename(path).split(".", 1)[0]
+    for where in (folder, os.path.dirname(folder)):
+        for module, names in _from_imports(where):
+            if module.rpartition(".")[2] == stem and (names == "*" or re.search(rf"\b{name}\b", names)):
+                return True
+    return False
+
+
+_FROM_IMPORT = re.compile(r'^[ \t]*"?[ \t]*from[ \t]+([.\w]+)[ \t]+import[ \t]+([^\n#"]*)', re.M)
+
+
+@functools.lru_cache(maxsize=256)
+def _from_imports(folder: str) -> tuple[tuple[str, str], ...]:
+    """Every ``from X import names`` line of the Python files and notebooks in ``folder``."""
+    found = []
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return ()
+    for entry in entries:
+        if not entry.name.endswith((".py", ".ipynb")) or not entry.is_file():
+            continue
+        try:
+            with open(entry.path, encoding="utf-8", errors="replace") as f:
+                text = f.read(2_000_000)
+        except OSError:
+            continue
+        if "import" in text:
+            found.extend((m.group(1), m.group(2).strip()) for m in _FROM_IMPORT.finditer(text))
+    return tuple(found)
+
+
+def _is_package_init(path: str) -> bool:
+    # An ``__init__.py`` may re-export ``Variable`` to other modules: keep its import.
+    return os.path.basename(path) == "__init__.py"
+
+
+def truthiness(expr: ast.expr | None) -> bool | None:
+    """True/False for a literal flag (``True``, ``1``, ``0``...), None for anything else."""
+    if expr is None:
+        return False
+    if isinstance(expr, ast.Constant) and type(expr.value) in (bool, int):
+        return bool(expr.value)
+    return None
+
+
+def receiver_text(facts, expr: ast.expr) -> str:
+    """``expr`` as the receiver of a method call in a message (``(a + b)``)."""
+    text = facts.segment(expr)
+    atomic = (ast.Name, ast.Attribute, ast.Call, ast.Subscript, ast.List, ast.Dict, ast.Set, ast.ListComp)
+    return text if isinstance(expr, atomic) else f"({text})"
+
+
+def flag_text(facts, expr: ast.expr) -> str:
+    """The flag as the fix writes it (``1`` -> ``True``)."""
+    if isinstance(expr, ast.Constant) and type(expr.value) is int and expr.value in (0, 1):
+        return str(bool(expr.value))
+    return facts.segment(expr)
+
+
+# -- the LibCST half ----------------------------------------------------------------------------
+def cst_variable_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
+    """``data``/``requires_grad``/``volatile`` argument values of a ``Variable`` call."""
+    out: dict[str, cst.BaseExpression] = {}
+    position = 0
+    for arg in call.args:
+        if arg.keyword is not None:
+            out[arg.keyword.value] = arg.value
+        else:
+            out[_POSITIONAL[position]] = arg.value
+            position += 1
+    return out
+
+
+def fix_variable_call(finding, ctx):
+    """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None,
+    span of a self-assignment to remove or None)``; drops the ``Variable`` import once no use
+    is left."""
+    from gradfix.fixer import Edit, FixError
+
+    kind, module, statement = finding.data
+    if module:
+        ctx.remove_import_if_unused(module, "Variable")
+    if statement is not None:
+        line = ctx.parent(ctx.node_at(statement, cst.Assign))
+        if not isinstance(line, cst.SimpleStatementLine):
+            raise FixError("the assignment moved")
+        return [Edit(line, cst.RemoveFromParent())]
+    call = ctx.node_at(finding.span, cst.Call)
+    return [Edit(call, rewritten(ctx, call, kind).with_changes(lpar=call.lpar, rpar=call.rpar))]
+
+
+def raises_value_error(found: VariableCall) -> bool:
+    """``volatile`` and ``requires_grad`` may both be true: the call raises ValueError today."""
+    return found.volatile is not None and truthiness(found.volatile) is not False is not truthiness(found.requires_grad)
+
+
+def run_plans(facts, rule, exact: bool) -> dict[ast.Call, Rewrite]:
+    """The rewrite of every ``Variable`` call that GF401 or GF402 rewrites in this run:
+    ``volatile=`` calls are GF401's while it is enabled, the others GF402's."""
+    def on(code: str) -> bool:
+        return code == rule.code or rule.defers_to(code)
+
+    plans = {}
+    for found in variable_calls(facts):
+        owner = "GF401" if found.volatile is not None and on("GF401") else "GF402"
+        if on(owner) and found.blocker is None and not raises_value_error(found):
+            plans[found.call] = plan_rewrite(facts, found, exact)
+    return plans
+
+
+def report_rewrites(rule, facts, planned, exact: bool):
+    """The findings of a rule for ``(call, Rewrite, message[, title suffix])`` entries; a
+    statement that would assign batches to themselves once every wrapper in it goes (by
+    whichever of GF401/GF402 runs) is removed instead."""
+    removed = self_assignments(facts, run_plans(facts, rule, exact))
+    for found, plan, message, *suffix in planned:
+        statement = removed.get(found.call)
+        title = plan.title
+        if statement is not None:
+            title = f"Remove the line: without the wrappers it assigns the batch to itself ({plan.assumption})"
+        yield rule.report(
+            facts,
+            found.call,
+            message,
+            fix=plan.safety,
+            fix_title=title + "".join(suffix),
+            data=(plan.kind, found.import_module, facts.span(statement) if statement is not None else None),
+        )
+
+
+def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, ast.Assign]:
+    """The calls whose statement would read ``data = data`` (``data, target = data, target``)
+    once every wrapper in it is dropped: that statement goes instead. Only for a one-line
+    statement with no comment, and not for every statement of a block (it needs one)."""
+    found: dict[ast.Call, ast.Assign] = {}
+    for call, plan in plans.items():
+        stmt = facts.parents.get(call)
+        if isinstance(stmt, ast.Tuple):
+            stmt = facts.parents.get(stmt)
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or stmt in found.values():
+            continue
+        target, value = stmt.targets[0], stmt.value
+        pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) else [(target, value)]
+        if len(pairs) != len(getattr(target, "elts", [target])) or not all(
+            isinstance(t, ast.Name) and isinstance(v, ast.Call) and v in plans and plans[v].kind == "drop"
+            and isinstance(plans[v].data, ast.Name) and plans[v].data.id == t.id
+            for t, v in pairs
+        ):
+            continue
+        text = facts.line_text(stmt.lineno)
+        if stmt.lineno != stmt.end_lineno or "#" in text or text.strip() != facts.segment(stmt):
+            continue
+        for _, v in pairs:
+            found[v] = stmt
+    # A block must keep a statement: where every statement of it would go, none goes.
+    for stmt in set(found.values()):
+        where = statement_block(facts, stmt)
+        block = getattr(*where) if where else []
+        if all(s in found.values() for s in block):
+            found = {c: s for c, s in found.items() if s not in block}
+    return found
+
+
+def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:
+    """What ``call`` (a ``Variable(...)``) becomes for a :class:`Rewrite` of ``kind``.
+    ``check`` made sure no comment lives outside the kept arguments."""
+    args = cst_variable_args(call)
+    data = args["data"]
+    flag = args.get("requires_grad")
+    if isinstance(flag, cst.Integer) and flag.value in ("0", "1"):
+        flag = cst.Name("True" if flag.value == "1" else "False")
+    literal_true = isinstance(flag, cst.Name) and flag.value == "True"
+    flag_args = [] if literal_true else [cst.Arg(flag)] if flag is not None else []
+    if kind == "drop":
+        return _parenthesized(ctx, data)
+    if kind == "constructor_flag":
+        new = cst.Arg(
+            flag,
+            keyword=cst.Name("requires_grad"),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+        )
+        old = list(data.args)
+        if old:
+            new = new.with_changes(whitespace_after_arg=old[-1].whitespace_after_arg)
+            old[-1] = old[-1].with_changes(
+                comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), whitespace_after_arg=cst.SimpleWhitespace("")
+            )
+        return data.with_changes(args=[*old, new])
+    if kind == "requires_grad":
+        return _method(_parenthesized(ctx, data), "requires_grad_", flag_args)
+    if kind == "detach_data":
+        expr = _method(data.value, "detach")
+    else:
+        expr = _method(_parenthesized(ctx, data), "detach")
+        if kind == "exact" and flag is not None:  # the mechanical form, flag as written
+            return _method(expr, "requires_grad_", [cst.Arg(flag)])
+    return _method(expr, "requires_grad_", flag_args) if flag is not None and not _is_false(flag) else expr
+
+
+def _method(receiver: cst.BaseExpression, name: str, args=()) -> cst.Call:
+    return cst.Call(func=cst.Attribute(value=receiver, attr=cst.Name(name)), args=list(args))
+
+
+def _is_false(flag: cst.BaseExpression) -> bool:
+    return isinstance(flag, cst.Name) and flag.value == "False"
+
+
+def _parenthesized(ctx, node: cst.BaseExpression) -> cst.BaseExpression:
+    if not _needs_parens(ctx, node):
+        return node
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+@functools.lru_cache(maxsize=None)
+def _node_kinds() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(bracketed, atomic) LibCST expression types, built on first use (libcst loads lazily)."""
+    bracketed = (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.SetComp, cst.DictComp)
+    return bracketed, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.FormattedString, *bracketed)
+
+
+def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
+    """Whether ``node`` must be parenthesized to take ``.detach()`` outside the call's parens.
+
+    Operators bind looser than attribute access (``Variable(a + b)`` -> ``(a + b).detach()``),
+    numbers would read as floats (``1.detach``), and a line break that only the call's
+    parentheses made legal must stay inside parentheses.
+    """
+    bracketed, atomic = _node_kinds()
+    if node.lpar:
+        return False
+    if not isinstance(node, atomic):
+        return True
+    code = ctx.code(node)
+    if "\n" not in code or isinstance(node, (*bracketed, cst.SimpleString, cst.FormattedString)):
+        return False
+    if isinstance(node, cst.Call):
+        return "\n" in ctx.code(node.func) + ctx.code(node.whitespace_after_func)
+    if isinstance(node, cst.Subscript):
+        return "\n" in ctx.code(node.value) + ctx.code(node.whitespace_after_value)
+    return True
