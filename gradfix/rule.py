@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
@@ -35,12 +36,30 @@ class Option:
         return self.choices[0]
 
 
+def example_source(text: str) -> str:
+    """The source an example stands for, from how a rule file writes it.
+
+    Examples are written as triple-quoted blocks indented with the code around them (opening
+    quotes, newline, the lines, closing quotes on their own line): one leading newline is
+    dropped and the common indentation removed (``textwrap.dedent``, which also empties lines
+    holding only spaces or tabs). An escaped string that starts at column 0, has no leading
+    newline and no whitespace-only line comes back unchanged: that is how examples whose exact
+    bytes matter (CRLF, tabs) are written.
+    """
+    if text.startswith("\n"):
+        text = text[1:]
+    return textwrap.dedent(text)
+
+
 @dataclass(frozen=True)
 class Valid:
-    """Code on which the rule must stay silent."""
+    """Code on which the rule must stay silent (written as :func:`example_source` reads it)."""
 
     code: str
     options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", example_source(self.code))
 
 
 @dataclass(frozen=True)
@@ -49,12 +68,18 @@ class Invalid:
 
     ``expected`` is the source after applying this rule's fixes (unsafe included), or None
     when the rule reports without a fix. ``count`` is how many findings it must report.
+    ``code`` and ``expected`` are written as :func:`example_source` reads them.
     """
 
     code: str
     expected: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     count: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "code", example_source(self.code))
+        if self.expected is not None:
+            object.__setattr__(self, "expected", example_source(self.expected))
 
 
 class Rule:

@@ -45,26 +45,89 @@ class ContextManagerNotCalled(Rule):
     triggers = ("grad", "inference_mode")
 
     VALID = [
-        Valid("import torch\nwith torch.no_grad():\n    y = f(x)\n"),
-        Valid("import torch\n@torch.no_grad\ndef f(x):\n    return x\n"),
-        Valid("import torch\nctx = torch.no_grad\nwith ctx():\n    pass\n"),
-        Valid("def f(torch):\n    with torch.no_grad:\n        pass\n"),
-        Valid("import torch\nwith torch.set_grad_enabled(False):\n    pass\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                y = f(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            @torch.no_grad
+            def f(x):
+                return x
+            """
+        ),
+        Valid(
+            """
+            import torch
+            ctx = torch.no_grad
+            with ctx():
+                pass
+            """
+        ),
+        Valid(
+            """
+            def f(torch):
+                with torch.no_grad:
+                    pass
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.set_grad_enabled(False):
+                pass
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\nwith torch.no_grad:  # eval\n    y = f(x)\n",
-            "import torch\nwith torch.no_grad():  # eval\n    y = f(x)\n",
+            """
+            import torch
+            with torch.no_grad:  # eval
+                y = f(x)
+            """,
+            """
+            import torch
+            with torch.no_grad():  # eval
+                y = f(x)
+            """,
         ),
         Invalid(
-            "import torch as T\nwith T.inference_mode, open(p) as fh:\n    pass\n",
-            "import torch as T\nwith T.inference_mode(), open(p) as fh:\n    pass\n",
+            """
+            import torch as T
+            with T.inference_mode, open(p) as fh:
+                pass
+            """,
+            """
+            import torch as T
+            with T.inference_mode(), open(p) as fh:
+                pass
+            """,
         ),
         Invalid(
-            "from torch.autograd.grad_mode import enable_grad\nwith enable_grad:\n    pass\n",
-            "from torch.autograd.grad_mode import enable_grad\nwith enable_grad():\n    pass\n",
+            """
+            from torch.autograd.grad_mode import enable_grad
+            with enable_grad:
+                pass
+            """,
+            """
+            from torch.autograd.grad_mode import enable_grad
+            with enable_grad():
+                pass
+            """,
         ),
-        Invalid("import torch\nwith torch.set_grad_enabled:\n    pass\n", None),
+        Invalid(
+            """
+            import torch
+            with torch.set_grad_enabled:
+                pass
+            """,
+            None,
+        ),
     ]
 
     def check(self, facts):
