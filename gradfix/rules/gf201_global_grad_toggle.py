@@ -142,118 +142,316 @@ class GlobalGradToggle(Rule):
 
     VALID = [
         # Look-alikes: a with-item and a decorator are scoped.
-        Valid("import torch\ndef f(x, train):\n    with torch.set_grad_enabled(train):\n        return g(x)\n"),
-        Valid("import torch\n@torch.set_grad_enabled(False)\ndef f(x):\n    return g(x)\n"),
+        Valid(
+            """
+            import torch
+            def f(x, train):
+                with torch.set_grad_enabled(train):
+                    return g(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            @torch.set_grad_enabled(False)
+            def f(x):
+                return g(x)
+            """
+        ),
         # A local name `torch` that is not the module.
-        Valid("def f(torch):\n    torch.set_grad_enabled(False)\n    return g()\n"),
+        Valid(
+            """
+            def f(torch):
+                torch.set_grad_enabled(False)
+                return g()
+            """
+        ),
         # Saved and restored by hand: correct code.
         Valid(
-            "import torch\ndef f(x):\n    prev = torch.is_grad_enabled()\n    torch.set_grad_enabled(False)\n"
-            "    try:\n        return g(x)\n    finally:\n        torch.set_grad_enabled(prev)\n"
+            """
+            import torch
+            def f(x):
+                prev = torch.is_grad_enabled()
+                torch.set_grad_enabled(False)
+                try:
+                    return g(x)
+                finally:
+                    torch.set_grad_enabled(prev)
+            """
         ),
         # The GF202 pattern belongs to GF202 while GF202 runs: tests/rules/test_deferral.py.
         # A script's global setting.
-        Valid("import torch\nif __name__ == '__main__':\n    torch.set_grad_enabled(False)\n    main()\n"),
+        Valid(
+            """
+            import torch
+            if __name__ == '__main__':
+                torch.set_grad_enabled(False)
+                main()
+            """
+        ),
         # The script's entry point, run only from the `__main__` guard: the same global setting
         # (a sampling script that turns grad off for the whole process).
         Valid(
-            "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    torch.set_grad_enabled(False)\n"
-            "    model = build(args)\n    save(model(args.x))\n\nif __name__ == '__main__':\n    main(parse())\n"
+            """
+            import torch
+            def main(args):
+                torch.manual_seed(args.seed)
+                torch.set_grad_enabled(False)
+                model = build(args)
+                save(model(args.x))
+
+            if __name__ == '__main__':
+                main(parse())
+            """
         ),
         # A module-level pair that hands the default mode back (a tutorial showing the API):
         # nothing that imports the module sees a change.
         Valid(
-            "import torch as t\nt.set_grad_enabled(False)  # demo: graphs are not recorded\nx = t.ones(1)\n"
-            "w = t.rand(1, requires_grad=True)\nprint((x * w).requires_grad)\nt.set_grad_enabled(True)\n"
+            """
+            import torch as t
+            t.set_grad_enabled(False)  # demo: graphs are not recorded
+            x = t.ones(1)
+            w = t.rand(1, requires_grad=True)
+            print((x * w).requires_grad)
+            t.set_grad_enabled(True)
+            """
         ),
         # Assigned, not a bare statement.
-        Valid("import torch\ndef f():\n    ctx = torch.set_grad_enabled(False)\n    return ctx\n"),
+        Valid(
+            """
+            import torch
+            def f():
+                ctx = torch.set_grad_enabled(False)
+                return ctx
+            """
+        ),
         # A hand-made context manager toggles on purpose.
         Valid(
-            "import torch\nclass Frozen:\n    def __enter__(self):\n        self.prev = torch.is_grad_enabled()\n"
-            "        torch.set_grad_enabled(False)\n    def __exit__(self, *exc):\n"
-            "        torch.set_grad_enabled(self.prev)\n"
+            """
+            import torch
+            class Frozen:
+                def __enter__(self):
+                    self.prev = torch.is_grad_enabled()
+                    torch.set_grad_enabled(False)
+                def __exit__(self, *exc):
+                    torch.set_grad_enabled(self.prev)
+            """
         ),
         # Suppressed on the toggle's line, or on the closer's line (an anchor).
-        Valid("import torch\ndef f(m, x):\n    torch.set_grad_enabled(False)  # gradfix: ignore[GF201]\n    return m(x)\n"),
         Valid(
-            "import torch\ndef f(m, x):\n    torch.set_grad_enabled(False)\n    y = m(x)\n"
-            "    torch.set_grad_enabled(True)  # noqa: GF201\n    return y\n"
+            """
+            import torch
+            def f(m, x):
+                torch.set_grad_enabled(False)  # gradfix: ignore[GF201]
+                return m(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def f(m, x):
+                torch.set_grad_enabled(False)
+                y = m(x)
+                torch.set_grad_enabled(True)  # noqa: GF201
+                return y
+            """
         ),
     ]
     INVALID = [
         # Article §2.1: a lone toggle after other statements -> `with` around the rest.
         Invalid(
-            "import torch\n\ndef train_one_epoch(model, loader, opt):\n    model.train()\n"
-            "    torch.set_grad_enabled(True)  # training\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.backward()\n",
-            "import torch\n\ndef train_one_epoch(model, loader, opt):\n    model.train()\n"
-            "    with torch.enable_grad():  # training\n        for x in loader:\n            loss = model(x)\n"
-            "            loss.backward()\n",
+            """
+            import torch
+
+            def train_one_epoch(model, loader, opt):
+                model.train()
+                torch.set_grad_enabled(True)  # training
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+            """,
+            """
+            import torch
+
+            def train_one_epoch(model, loader, opt):
+                model.train()
+                with torch.enable_grad():  # training
+                    for x in loader:
+                        loss = model(x)
+                        loss.backward()
+            """,
         ),
         # First statement (after a docstring) -> decorator, alias kept.
         Invalid(
-            'import torch as T\n\ndef predict(model, x):\n    """Run."""\n    T.set_grad_enabled(False)\n'
-            "    return model(x)\n",
-            'import torch as T\n\n@T.no_grad()\ndef predict(model, x):\n    """Run."""\n    return model(x)\n',
+            '''
+            import torch as T
+
+            def predict(model, x):
+                """Run."""
+                T.set_grad_enabled(False)
+                return model(x)
+            ''',
+            '''
+            import torch as T
+
+            @T.no_grad()
+            def predict(model, x):
+                """Run."""
+                return model(x)
+            ''',
         ),
         # A pair -> `with torch.no_grad():` around the statements between.
         Invalid(
-            "import torch\n\ndef step(enc, dec, x):\n    torch.set_grad_enabled(False)\n    feats = enc(x)\n"
-            "    torch.set_grad_enabled(True)\n    return dec(feats)\n",
-            "import torch\n\ndef step(enc, dec, x):\n    with torch.no_grad():\n        feats = enc(x)\n"
-            "    return dec(feats)\n",
+            """
+            import torch
+
+            def step(enc, dec, x):
+                torch.set_grad_enabled(False)
+                feats = enc(x)
+                torch.set_grad_enabled(True)
+                return dec(feats)
+            """,
+            """
+            import torch
+
+            def step(enc, dec, x):
+                with torch.no_grad():
+                    feats = enc(x)
+                return dec(feats)
+            """,
         ),
         # A non-literal first toggle: the with form (a decorator would read `train` too early).
         Invalid(
-            "from torch.autograd import set_grad_enabled\n\ndef run(model, x, train):\n"
-            "    set_grad_enabled(train)\n    return model(x)\n",
-            "from torch.autograd import set_grad_enabled\n\ndef run(model, x, train):\n"
-            "    with set_grad_enabled(train):\n        return model(x)\n",
+            """
+            from torch.autograd import set_grad_enabled
+
+            def run(model, x, train):
+                set_grad_enabled(train)
+                return model(x)
+            """,
+            """
+            from torch.autograd import set_grad_enabled
+
+            def run(model, x, train):
+                with set_grad_enabled(train):
+                    return model(x)
+            """,
         ),
         # Conditional toggles and module-level toggles: reported, not fixed.
         Invalid(
-            "import torch\ndef run(model, x, train):\n    if train:\n        torch.set_grad_enabled(True)\n"
-            "    else:\n        torch.set_grad_enabled(False)\n    return model(x)\n",
+            """
+            import torch
+            def run(model, x, train):
+                if train:
+                    torch.set_grad_enabled(True)
+                else:
+                    torch.set_grad_enabled(False)
+                return model(x)
+            """,
             None,
             count=2,
         ),
-        Invalid("import torch\ntorch.set_grad_enabled(False)\nmodel = load()\n", None),
+        Invalid(
+            """
+            import torch
+            torch.set_grad_enabled(False)
+            model = load()
+            """,
+            None,
+        ),
         # True … False followed by evaluation: each toggle scopes its own statements.
         Invalid(
-            "import torch\ndef epoch(model):\n    torch.set_grad_enabled(True)\n    train(model)\n"
-            "    torch.set_grad_enabled(False)\n    evaluate(model)\n",
-            "import torch\ndef epoch(model):\n    with torch.enable_grad():\n        train(model)\n"
-            "    with torch.no_grad():\n        evaluate(model)\n",
+            """
+            import torch
+            def epoch(model):
+                torch.set_grad_enabled(True)
+                train(model)
+                torch.set_grad_enabled(False)
+                evaluate(model)
+            """,
+            """
+            import torch
+            def epoch(model):
+                with torch.enable_grad():
+                    train(model)
+                with torch.no_grad():
+                    evaluate(model)
+            """,
             count=2,
         ),
         # A pair in a loop body ends with `True`: fixable; without the closer: reported only.
         Invalid(
-            "import torch\ndef fit(enc, loader):\n    for x in loader:\n        torch.set_grad_enabled(False)\n"
-            "        x = enc(x)\n        torch.set_grad_enabled(True)\n        step(x)\n",
-            "import torch\ndef fit(enc, loader):\n    for x in loader:\n        with torch.no_grad():\n"
-            "            x = enc(x)\n        step(x)\n",
+            """
+            import torch
+            def fit(enc, loader):
+                for x in loader:
+                    torch.set_grad_enabled(False)
+                    x = enc(x)
+                    torch.set_grad_enabled(True)
+                    step(x)
+            """,
+            """
+            import torch
+            def fit(enc, loader):
+                for x in loader:
+                    with torch.no_grad():
+                        x = enc(x)
+                    step(x)
+            """,
         ),
         Invalid(
-            "import torch\ndef fit(enc, loader):\n    for x in loader:\n        torch.set_grad_enabled(False)\n"
-            "        x = enc(x)\n    return x\n",
+            """
+            import torch
+            def fit(enc, loader):
+                for x in loader:
+                    torch.set_grad_enabled(False)
+                    x = enc(x)
+                return x
+            """,
             None,
         ),
         # Inside a grad `with` (not the GF202 pair): the rest of that block.
         Invalid(
-            "import torch\ndef f(m, x):\n    with torch.no_grad():\n        a = m(x)\n"
-            "        torch.set_grad_enabled(True)\n        b = m(a)\n    return b\n",
-            "import torch\ndef f(m, x):\n    with torch.no_grad():\n        a = m(x)\n"
-            "        with torch.enable_grad():\n            b = m(a)\n    return b\n",
+            """
+            import torch
+            def f(m, x):
+                with torch.no_grad():
+                    a = m(x)
+                    torch.set_grad_enabled(True)
+                    b = m(a)
+                return b
+            """,
+            """
+            import torch
+            def f(m, x):
+                with torch.no_grad():
+                    a = m(x)
+                    with torch.enable_grad():
+                        b = m(a)
+                return b
+            """,
         ),
         # `torch` names something else in this file: scope with the call itself.
         Invalid(
-            "from torch import set_grad_enabled\ndef f(m, x):\n    set_grad_enabled(False)\n    return m(x)\n"
-            "def torch():\n    pass\n",
-            "from torch import set_grad_enabled\n@set_grad_enabled(False)\ndef f(m, x):\n    return m(x)\n"
-            "def torch():\n    pass\n",
+            """
+            from torch import set_grad_enabled
+            def f(m, x):
+                set_grad_enabled(False)
+                return m(x)
+            def torch():
+                pass
+            """,
+            """
+            from torch import set_grad_enabled
+            @set_grad_enabled(False)
+            def f(m, x):
+                return m(x)
+            def torch():
+                pass
+            """,
         ),
-        # CRLF and tab indentation survive.
+        # CRLF and tab indentation survive (escaped strings: a triple-quoted block would lose the
+        # exact bytes, and dedent does not strip tabs and spaces alike).
         Invalid(
             "import torch\r\ndef f(m, x):\r\n\tm.eval()\r\n\ttorch.set_grad_enabled(False)  # eval\r\n"
             "\treturn m(x)\r\n",
@@ -263,30 +461,73 @@ class GlobalGradToggle(Rule):
         # A setup method (a loop's `reset`, a hook): the lone toggle is meant for what runs
         # after it, so a `with` around the rest would undo it: reported, not fixed.
         Invalid(
-            "import torch\nclass FitLoop:\n    def reset(self):\n        torch.set_grad_enabled(True)\n"
-            "        self.progress.reset()\n        if self.restarting:\n            self.progress.restart()\n",
+            """
+            import torch
+            class FitLoop:
+                def reset(self):
+                    torch.set_grad_enabled(True)
+                    self.progress.reset()
+                    if self.restarting:
+                        self.progress.restart()
+            """,
             None,
         ),
         # ... but a scoped pair in one is still fixed.
         Invalid(
-            "import torch\ndef setup(model, x):\n    torch.set_grad_enabled(False)\n    stats = model(x)\n"
-            "    torch.set_grad_enabled(True)\n    return stats\n",
-            "import torch\ndef setup(model, x):\n    with torch.no_grad():\n        stats = model(x)\n"
-            "    return stats\n",
+            """
+            import torch
+            def setup(model, x):
+                torch.set_grad_enabled(False)
+                stats = model(x)
+                torch.set_grad_enabled(True)
+                return stats
+            """,
+            """
+            import torch
+            def setup(model, x):
+                with torch.no_grad():
+                    stats = model(x)
+                return stats
+            """,
         ),
         # `main` is also called by another function: its caller sees the leak, so it is fixed.
         Invalid(
-            "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    torch.set_grad_enabled(False)\n"
-            "    return build(args)(args.x)\n\ndef sweep(runs):\n    return [main(a) for a in runs]\n\n"
-            "if __name__ == '__main__':\n    main(parse())\n",
-            "import torch\ndef main(args):\n    torch.manual_seed(args.seed)\n    with torch.no_grad():\n"
-            "        return build(args)(args.x)\n\ndef sweep(runs):\n    return [main(a) for a in runs]\n\n"
-            "if __name__ == '__main__':\n    main(parse())\n",
+            """
+            import torch
+            def main(args):
+                torch.manual_seed(args.seed)
+                torch.set_grad_enabled(False)
+                return build(args)(args.x)
+
+            def sweep(runs):
+                return [main(a) for a in runs]
+
+            if __name__ == '__main__':
+                main(parse())
+            """,
+            """
+            import torch
+            def main(args):
+                torch.manual_seed(args.seed)
+                with torch.no_grad():
+                    return build(args)(args.x)
+
+            def sweep(runs):
+                return [main(a) for a in runs]
+
+            if __name__ == '__main__':
+                main(parse())
+            """,
         ),
         # A generator: diagnostic only.
         Invalid(
-            "import torch\ndef batches(model, loader):\n    torch.set_grad_enabled(False)\n"
-            "    for x in loader:\n        yield model(x)\n",
+            """
+            import torch
+            def batches(model, loader):
+                torch.set_grad_enabled(False)
+                for x in loader:
+                    yield model(x)
+            """,
             None,
         ),
     ]

@@ -126,166 +126,291 @@ class NestedToggleHack(Rule):
 
     VALID = [
         # A pair outside any grad-disabled `with` is GF201's.
-        Valid("import torch\ndef f(x):\n    torch.set_grad_enabled(True)\n    y = x * 2\n    torch.set_grad_enabled(False)\n"),
-        Valid("import torch\nwith torch.no_grad():\n    with torch.set_grad_enabled(True):\n        y = x * 2\n"),
-        Valid("import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(True)\n    y = x * 2\n"),
-        Valid("import torch\nwith torch.enable_grad():\n    torch.set_grad_enabled(True)\n    y = x * 2\n    torch.set_grad_enabled(False)\n"),
-        Valid("import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(mode)\n    y = x * 2\n    torch.set_grad_enabled(False)\n"),
-        Valid("import torch\nwith torch.no_grad() if frozen else contextlib.nullcontext():\n"
-              "    torch.set_grad_enabled(True)\n    y = x * 2\n    torch.set_grad_enabled(False)\n"),
-        Valid("def f(torch, x):\n    with torch.no_grad():\n        torch.set_grad_enabled(True)\n"
-              "        y = x * 2\n        torch.set_grad_enabled(False)\n"),
+        Valid(
+            """
+            import torch
+            def f(x):
+                torch.set_grad_enabled(True)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                with torch.set_grad_enabled(True):
+                    y = x * 2
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                torch.set_grad_enabled(True)
+                y = x * 2
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.enable_grad():
+                torch.set_grad_enabled(True)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                torch.set_grad_enabled(mode)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad() if frozen else contextlib.nullcontext():
+                torch.set_grad_enabled(True)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """
+        ),
+        Valid(
+            """
+            def f(torch, x):
+                with torch.no_grad():
+                    torch.set_grad_enabled(True)
+                    y = x * 2
+                    torch.set_grad_enabled(False)
+            """
+        ),
         # Under a `try` the handler would run with grad on: not claimed (GF201's).
-        Valid("import torch\nwith torch.no_grad():\n    try:\n        torch.set_grad_enabled(True)\n"
-              "        y = x * 2\n        torch.set_grad_enabled(False)\n    except RuntimeError:\n        y = None\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                try:
+                    torch.set_grad_enabled(True)
+                    y = x * 2
+                    torch.set_grad_enabled(False)
+                except RuntimeError:
+                    y = None
+            """
+        ),
         # A nested pair that can `continue` past its closing toggle leaks into the next step.
-        Valid("import torch\nwith torch.no_grad():\n    for x in xs:\n        torch.set_grad_enabled(True)\n"
-              "        if x is None:\n            continue\n        y = x * 2\n        torch.set_grad_enabled(False)\n"),
-        Valid("import torch\nwith torch.no_grad():  # noqa: GF202\n    torch.set_grad_enabled(True)\n"
-              "    y = x * 2\n    torch.set_grad_enabled(False)\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                for x in xs:
+                    torch.set_grad_enabled(True)
+                    if x is None:
+                        continue
+                    y = x * 2
+                    torch.set_grad_enabled(False)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():  # noqa: GF202
+                torch.set_grad_enabled(True)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """
+        ),
         # After a lone True the mode at the next True is not off: not claimed.
-        Valid("import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(True)\n    a = 1\n"
-              "    torch.set_grad_enabled(True)\n    y = x * 2\n    torch.set_grad_enabled(False)\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                torch.set_grad_enabled(True)
+                a = 1
+                torch.set_grad_enabled(True)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\n"
-            "def refine(model, x):\n"
-            "    with torch.no_grad():\n"
-            "        feats = model.encoder(x)\n"
-            "        torch.set_grad_enabled(True)  # need grads here\n"
-            "        feats.requires_grad_(True)\n"
-            "        score = model.head(feats).sum()\n"
-            "        torch.set_grad_enabled(False)\n"
-            "        return score, feats\n",
-            "import torch\n\n\n"
-            "@torch.enable_grad()  # need grads here\n"
-            "def _score_with_grad(feats, model):\n"
-            "    feats.requires_grad_(True)\n"
-            "    score = model.head(feats).sum()\n"
-            "    return score\n\n\n"
-            "def refine(model, x):\n"
-            "    with torch.no_grad():\n"
-            "        feats = model.encoder(x)\n"
-            "        score = _score_with_grad(feats, model)\n"
-            "        return score, feats\n",
+            """
+            import torch
+            def refine(model, x):
+                with torch.no_grad():
+                    feats = model.encoder(x)
+                    torch.set_grad_enabled(True)  # need grads here
+                    feats.requires_grad_(True)
+                    score = model.head(feats).sum()
+                    torch.set_grad_enabled(False)
+                    return score, feats
+            """,
+            """
+            import torch
+
+
+            @torch.enable_grad()  # need grads here
+            def _score_with_grad(feats, model):
+                feats.requires_grad_(True)
+                score = model.head(feats).sum()
+                return score
+
+
+            def refine(model, x):
+                with torch.no_grad():
+                    feats = model.encoder(x)
+                    score = _score_with_grad(feats, model)
+                    return score, feats
+            """,
         ),
         Invalid(
-            "import torch\n"
-            "def refine(model, x):\n"
-            "    with torch.no_grad():\n"
-            "        feats = model.encoder(x)\n"
-            "        torch.set_grad_enabled(True)\n"
-            "        score = model.head(feats).sum()\n"
-            "        # back off\n"
-            "        torch.set_grad_enabled(False)  # restore\n"
-            "        return score\n",
-            "import torch\n"
-            "def refine(model, x):\n"
-            "    with torch.no_grad():\n"
-            "        feats = model.encoder(x)\n"
-            "        with torch.enable_grad():\n"
-            "            score = model.head(feats).sum()\n"
-            "        # back off\n"
-            "        # restore\n"
-            "        return score\n",
+            """
+            import torch
+            def refine(model, x):
+                with torch.no_grad():
+                    feats = model.encoder(x)
+                    torch.set_grad_enabled(True)
+                    score = model.head(feats).sum()
+                    # back off
+                    torch.set_grad_enabled(False)  # restore
+                    return score
+            """,
+            """
+            import torch
+            def refine(model, x):
+                with torch.no_grad():
+                    feats = model.encoder(x)
+                    with torch.enable_grad():
+                        score = model.head(feats).sum()
+                    # back off
+                    # restore
+                    return score
+            """,
             options={"style": "block"},
         ),
         Invalid(
-            "from torch import no_grad, set_grad_enabled\n"
-            "def loop(xs, w):\n"
-            "    total = 0\n"
-            "    with no_grad():\n"
-            "        for x in xs:\n"
-            "            pass\n"
-            "        set_grad_enabled(True)\n"
-            "        for x in xs:\n"
-            "            if x is None:\n"
-            "                break\n"
-            "            total += (x * w).sum()\n"
-            "        set_grad_enabled(False)\n"
-            "    return total\n",
-            "from torch import no_grad, set_grad_enabled\n"
-            "import torch\n\n\n"
-            "@torch.enable_grad()\n"
-            "def _total_with_grad(xs, total, w):\n"
-            "    for x in xs:\n"
-            "        if x is None:\n"
-            "            break\n"
-            "        total += (x * w).sum()\n"
-            "    return total\n\n\n"
-            "def loop(xs, w):\n"
-            "    total = 0\n"
-            "    with no_grad():\n"
-            "        for x in xs:\n"
-            "            pass\n"
-            "        total = _total_with_grad(xs, total, w)\n"
-            "    return total\n",
+            """
+            from torch import no_grad, set_grad_enabled
+            def loop(xs, w):
+                total = 0
+                with no_grad():
+                    for x in xs:
+                        pass
+                    set_grad_enabled(True)
+                    for x in xs:
+                        if x is None:
+                            break
+                        total += (x * w).sum()
+                    set_grad_enabled(False)
+                return total
+            """,
+            """
+            from torch import no_grad, set_grad_enabled
+            import torch
+
+
+            @torch.enable_grad()
+            def _total_with_grad(xs, total, w):
+                for x in xs:
+                    if x is None:
+                        break
+                    total += (x * w).sum()
+                return total
+
+
+            def loop(xs, w):
+                total = 0
+                with no_grad():
+                    for x in xs:
+                        pass
+                    total = _total_with_grad(xs, total, w)
+                return total
+            """,
         ),
         Invalid(  # reads a closure variable of an outer function: the helper goes before the `with`
-            "import torch\n"
-            "def make_step(scale):\n"
-            "    def step(model, x):\n"
-            "        with torch.no_grad():\n"
-            "            feats = model.encoder(x)\n\n"
-            "            torch.set_grad_enabled(True)\n"
-            "            loss = (model.head(feats) * scale).sum()\n"
-            "            loss.backward()\n"
-            "            torch.set_grad_enabled(False)\n"
-            "        return feats\n"
-            "    return step\n",
-            "import torch\n"
-            "def make_step(scale):\n"
-            "    def step(model, x):\n"
-            "        @torch.enable_grad()\n"
-            "        def _backward_with_grad(model, feats):\n"
-            "            loss = (model.head(feats) * scale).sum()\n"
-            "            loss.backward()\n\n"
-            "        with torch.no_grad():\n"
-            "            feats = model.encoder(x)\n\n"
-            "            _backward_with_grad(model, feats)\n"
-            "        return feats\n"
-            "    return step\n",
+            """
+            import torch
+            def make_step(scale):
+                def step(model, x):
+                    with torch.no_grad():
+                        feats = model.encoder(x)
+
+                        torch.set_grad_enabled(True)
+                        loss = (model.head(feats) * scale).sum()
+                        loss.backward()
+                        torch.set_grad_enabled(False)
+                    return feats
+                return step
+            """,
+            """
+            import torch
+            def make_step(scale):
+                def step(model, x):
+                    @torch.enable_grad()
+                    def _backward_with_grad(model, feats):
+                        loss = (model.head(feats) * scale).sum()
+                        loss.backward()
+
+                    with torch.no_grad():
+                        feats = model.encoder(x)
+
+                        _backward_with_grad(model, feats)
+                    return feats
+                return step
+            """,
         ),
         Invalid(  # `return` between the toggles: block style
-            "import torch as T\n"
-            "def f(x):\n"
-            "    with T.inference_mode():\n"
-            "        T.set_grad_enabled(True)\n"
-            "        if x is None:\n"
-            "            return None\n"
-            "        y = x * 2\n"
-            "        T.set_grad_enabled(False)\n"
-            "    return y\n",
-            "import torch as T\n"
-            "def f(x):\n"
-            "    with T.inference_mode():\n"
-            "        with T.enable_grad():\n"
-            "            if x is None:\n"
-            "                return None\n"
-            "            y = x * 2\n"
-            "    return y\n",
+            """
+            import torch as T
+            def f(x):
+                with T.inference_mode():
+                    T.set_grad_enabled(True)
+                    if x is None:
+                        return None
+                    y = x * 2
+                    T.set_grad_enabled(False)
+                return y
+            """,
+            """
+            import torch as T
+            def f(x):
+                with T.inference_mode():
+                    with T.enable_grad():
+                        if x is None:
+                            return None
+                        y = x * 2
+                return y
+            """,
         ),
         Invalid(  # nothing grad-dependent between the toggles: they just go
-            "import torch\n"
-            "with torch.set_grad_enabled(False):\n"
-            "    torch.set_grad_enabled(True)  # on\n"
-            "    print('hello')\n"
-            "    torch.set_grad_enabled(False)  # off\n"
-            "    y = x * 2\n",
-            "import torch\n"
-            "with torch.set_grad_enabled(False):\n"
-            "    # on\n"
-            "    print('hello')\n"
-            "    # off\n"
-            "    y = x * 2\n",
+            """
+            import torch
+            with torch.set_grad_enabled(False):
+                torch.set_grad_enabled(True)  # on
+                print('hello')
+                torch.set_grad_enabled(False)  # off
+                y = x * 2
+            """,
+            """
+            import torch
+            with torch.set_grad_enabled(False):
+                # on
+                print('hello')
+                # off
+                y = x * 2
+            """,
         ),
         Invalid(  # toggle line shared with another statement: reported, not fixed
-            "import torch\n"
-            "with torch.no_grad():\n"
-            "    a = 1; torch.set_grad_enabled(True)\n"
-            "    y = x * 2\n"
-            "    torch.set_grad_enabled(False)\n",
+            """
+            import torch
+            with torch.no_grad():
+                a = 1; torch.set_grad_enabled(True)
+                y = x * 2
+                torch.set_grad_enabled(False)
+            """,
             None,
         ),
     ]

@@ -62,62 +62,159 @@ class SaveInGradContext(Rule):
     triggers = ("save",)
 
     VALID = [
-        Valid("import torch\ntorch.save(model.state_dict(), 'model.pth')\n"),
-        Valid("import torch\nwith torch.no_grad():\n    torch.save(model(x), 'out.pt')\n"),
-        Valid("import torch\nwith open(p, 'wb') as fh:\n    torch.save(sd, fh)\n"),
-        Valid("import torch\nwith torch.no_grad():\n    save(sd, 'm.pth')\n"),
-        Valid("def f(torch, sd):\n    with torch.no_grad():\n        torch.save(sd, 'm.pth')\n"),
-        Valid("import torch\nwith torch.no_grad():\n    if best:\n        torch.save(sd, 'm.pth')\n"),
-        Valid("import torch\nwith torch.no_grad:\n    torch.save(sd, 'm.pth')\n"),  # GF101's
-        Valid("import torch\nwith torch.no_grad():  # gradfix: ignore[GF203]\n    torch.save(sd, 'm.pth')\n"),
-        Valid("import torch\nwith torch.no_grad() if ema else contextlib.nullcontext():\n    torch.save(sd, 'm.pth')\n"),
+        Valid(
+            """
+            import torch
+            torch.save(model.state_dict(), 'model.pth')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                torch.save(model(x), 'out.pt')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with open(p, 'wb') as fh:
+                torch.save(sd, fh)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                save(sd, 'm.pth')
+            """
+        ),
+        Valid(
+            """
+            def f(torch, sd):
+                with torch.no_grad():
+                    torch.save(sd, 'm.pth')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                if best:
+                    torch.save(sd, 'm.pth')
+            """
+        ),
+        Valid(  # GF101's
+            """
+            import torch
+            with torch.no_grad:
+                torch.save(sd, 'm.pth')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():  # gradfix: ignore[GF203]
+                torch.save(sd, 'm.pth')
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad() if ema else contextlib.nullcontext():
+                torch.save(sd, 'm.pth')
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\n"
-            "# 错误做法：可能在no_grad上下文中保存\n"
-            "with torch.no_grad():\n"
-            "    torch.save(model.state_dict(), 'model.pth')\n",
-            "import torch\n"
-            "# 错误做法：可能在no_grad上下文中保存\n"
-            "torch.save(model.state_dict(), 'model.pth')\n",
+            """
+            import torch
+            # 错误做法：可能在no_grad上下文中保存
+            with torch.no_grad():
+                torch.save(model.state_dict(), 'model.pth')
+            """,
+            """
+            import torch
+            # 错误做法：可能在no_grad上下文中保存
+            torch.save(model.state_dict(), 'model.pth')
+            """,
         ),
         Invalid(
-            "from torch import save\nimport torch as T\n"
-            "def evaluate(model, opt, epoch):\n"
-            "    with T.no_grad():\n"
-            "        acc = score(model)\n"
-            "        # checkpoint\n"
-            "        save({'model': model.state_dict(), 'opt': opt.state_dict(), 'acc': acc}, f'ckpt_{epoch}.pt')\n"
-            "        save(acc, 'acc.pt')  # metric\n"
-            "    return acc\n",
-            "from torch import save\nimport torch as T\n"
-            "def evaluate(model, opt, epoch):\n"
-            "    with T.no_grad():\n"
-            "        acc = score(model)\n"
-            "    # checkpoint\n"
-            "    save({'model': model.state_dict(), 'opt': opt.state_dict(), 'acc': acc}, f'ckpt_{epoch}.pt')\n"
-            "    save(acc, 'acc.pt')  # metric\n"
-            "    return acc\n",
+            """
+            from torch import save
+            import torch as T
+            def evaluate(model, opt, epoch):
+                with T.no_grad():
+                    acc = score(model)
+                    # checkpoint
+                    save({'model': model.state_dict(), 'opt': opt.state_dict(), 'acc': acc}, f'ckpt_{epoch}.pt')
+                    save(acc, 'acc.pt')  # metric
+                return acc
+            """,
+            """
+            from torch import save
+            import torch as T
+            def evaluate(model, opt, epoch):
+                with T.no_grad():
+                    acc = score(model)
+                # checkpoint
+                save({'model': model.state_dict(), 'opt': opt.state_dict(), 'acc': acc}, f'ckpt_{epoch}.pt')
+                save(acc, 'acc.pt')  # metric
+                return acc
+            """,
         ),
         Invalid(
-            "import torch\nwith torch.inference_mode():  # eval\n"
-            "    print('saving')\n"
-            "    torch.serialization.save(sd, path)\n",
-            "import torch\n# eval\n"
-            "print('saving')\n"
-            "torch.serialization.save(sd, path)\n",
+            """
+            import torch
+            with torch.inference_mode():  # eval
+                print('saving')
+                torch.serialization.save(sd, path)
+            """,
+            """
+            import torch
+            # eval
+            print('saving')
+            torch.serialization.save(sd, path)
+            """,
         ),
         Invalid(
-            "import os\nimport torch\nwith torch.no_grad(): torch.save(sd, os.path.join(d, 'm.pth'))\n",
-            "import os\nimport torch\ntorch.save(sd, os.path.join(d, 'm.pth'))\n",
+            """
+            import os
+            import torch
+            with torch.no_grad(): torch.save(sd, os.path.join(d, 'm.pth'))
+            """,
+            """
+            import os
+            import torch
+            torch.save(sd, os.path.join(d, 'm.pth'))
+            """,
         ),
         Invalid(
-            "import torch\nwith torch.no_grad():\n    torch.save(sd, 'm.pth')\n    model.load_state_dict(other)\n",
+            """
+            import torch
+            with torch.no_grad():
+                torch.save(sd, 'm.pth')
+                model.load_state_dict(other)
+            """,
             None,
         ),
-        Invalid("import torch\nwith torch.no_grad(), open(p, 'wb') as fh:\n    torch.save(sd, fh)\n", None),
-        Invalid("import torch\nwith torch.no_grad() as g:\n    torch.save(sd, p)\n", None),
+        Invalid(
+            """
+            import torch
+            with torch.no_grad(), open(p, 'wb') as fh:
+                torch.save(sd, fh)
+            """,
+            None,
+        ),
+        Invalid(
+            """
+            import torch
+            with torch.no_grad() as g:
+                torch.save(sd, p)
+            """,
+            None,
+        ),
     ]
 
     def check(self, facts):

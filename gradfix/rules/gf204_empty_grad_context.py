@@ -54,60 +54,158 @@ class EmptyGradContext(Rule):
     triggers = ("grad", "inference_mode")
 
     VALID = [
-        Valid("import torch\nwith torch.no_grad():\n    y = model(x)\n    del x\n"),
-        Valid("import torch\nwith torch.no_grad():\n    print(model(x))\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                y = model(x)
+                del x
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                print(model(x))
+            """
+        ),
         # A block holding `torch.save` is GF203's while GF203 runs: tests/rules/test_deferral.py.
-        Valid("import torch\nwith torch.no_grad(), open(p) as fh:\n    pass\n"),
-        Valid("import torch\nwith torch.no_grad() as ctx:\n    pass\n"),
-        Valid("import torch\nwith torch.no_grad():\n    cleanup(x)\n"),
-        Valid("def f(torch, x):\n    with torch.no_grad():\n        del x\n"),
-        Valid("import torch\nprint = log_to_tensorboard\nwith torch.no_grad():\n    print(x)\n"),
-        Valid("import torch\nwith torch.no_grad():\n    if x:\n        del x\n"),
-        Valid("import torch\nwith torch.no_grad:\n    pass\n"),  # GF101
-        Valid("import torch\nwith torch.no_grad():  # gradfix: ignore\n    del x\n"),
-        Valid("import torch\nwith torch.set_grad_enabled(next(modes)):\n    del x\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad(), open(p) as fh:
+                pass
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad() as ctx:
+                pass
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                cleanup(x)
+            """
+        ),
+        Valid(
+            """
+            def f(torch, x):
+                with torch.no_grad():
+                    del x
+            """
+        ),
+        Valid(
+            """
+            import torch
+            print = log_to_tensorboard
+            with torch.no_grad():
+                print(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                if x:
+                    del x
+            """
+        ),
+        Valid(  # GF101
+            """
+            import torch
+            with torch.no_grad:
+                pass
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():  # gradfix: ignore
+                del x
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.set_grad_enabled(next(modes)):
+                del x
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\n\n"
-            "# free memory\n"
-            "with torch.set_grad_enabled(False):  # no graph\n"
-            "    del outputs, loss  # drop refs\n"
-            "    torch.cuda.empty_cache()\n"
-            "x = 1\n",
-            "import torch\n\n"
-            "# free memory\n"
-            "# no graph\n"
-            "del outputs, loss  # drop refs\n"
-            "torch.cuda.empty_cache()\n"
-            "x = 1\n",
+            """
+            import torch
+
+            # free memory
+            with torch.set_grad_enabled(False):  # no graph
+                del outputs, loss  # drop refs
+                torch.cuda.empty_cache()
+            x = 1
+            """,
+            """
+            import torch
+
+            # free memory
+            # no graph
+            del outputs, loss  # drop refs
+            torch.cuda.empty_cache()
+            x = 1
+            """,
         ),
         Invalid(
-            "import gc\nimport logging\nimport torch as T\nlogger = logging.getLogger(__name__)\n"
-            "def step(x, loss):\n"
-            "    with T.no_grad():\n"
-            "        logger.info('loss %.3f', loss.item())\n"
-            "        print(f'step {x.shape}')\n"
-            "        gc.collect()\n"
-            "    return x\n",
-            "import gc\nimport logging\nimport torch as T\nlogger = logging.getLogger(__name__)\n"
-            "def step(x, loss):\n"
-            "    logger.info('loss %.3f', loss.item())\n"
-            "    print(f'step {x.shape}')\n"
-            "    gc.collect()\n"
-            "    return x\n",
+            """
+            import gc
+            import logging
+            import torch as T
+            logger = logging.getLogger(__name__)
+            def step(x, loss):
+                with T.no_grad():
+                    logger.info('loss %.3f', loss.item())
+                    print(f'step {x.shape}')
+                    gc.collect()
+                return x
+            """,
+            """
+            import gc
+            import logging
+            import torch as T
+            logger = logging.getLogger(__name__)
+            def step(x, loss):
+                logger.info('loss %.3f', loss.item())
+                print(f'step {x.shape}')
+                gc.collect()
+                return x
+            """,
         ),
         Invalid(
-            "from torch.autograd.grad_mode import inference_mode\n"
-            "for b in batches:\n"
-            "    with inference_mode(): del b\n",
-            "from torch.autograd.grad_mode import inference_mode\n"
-            "for b in batches:\n"
-            "    del b\n",
+            """
+            from torch.autograd.grad_mode import inference_mode
+            for b in batches:
+                with inference_mode(): del b
+            """,
+            """
+            from torch.autograd.grad_mode import inference_mode
+            for b in batches:
+                del b
+            """,
         ),
         Invalid(
-            "import torch\ndef f(training):\n    with torch.set_grad_enabled(training):\n        pass\n",
-            "import torch\ndef f(training):\n    pass\n",
+            """
+            import torch
+            def f(training):
+                with torch.set_grad_enabled(training):
+                    pass
+            """,
+            """
+            import torch
+            def f(training):
+                pass
+            """,
         ),
     ]
 

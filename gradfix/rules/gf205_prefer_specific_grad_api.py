@@ -72,29 +72,106 @@ class PreferSpecificGradApi(Rule):
     triggers = ("set_grad_enabled",)
 
     VALID = [
-        Valid("import torch\ndef f(x, train):\n    with torch.set_grad_enabled(train):\n        return g(x)\n"),
-        Valid("import torch\n@torch.set_grad_enabled(mode=is_training)\ndef f(x):\n    return g(x)\n"),
-        Valid("import torch\nwith torch.no_grad():\n    y = g(x)\n"),
-        Valid("def f(torch, x):\n    with torch.set_grad_enabled(False):\n        return g(x)\n"),
-        Valid("import torch\ndef f(x):\n    torch.set_grad_enabled(False)\n    return g(x)\n"),
-        Valid("import torch\nwith torch.set_grad_enabled(False) if frozen else nullcontext():\n    y = g(x)\n"),
+        Valid(
+            """
+            import torch
+            def f(x, train):
+                with torch.set_grad_enabled(train):
+                    return g(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            @torch.set_grad_enabled(mode=is_training)
+            def f(x):
+                return g(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                y = g(x)
+            """
+        ),
+        Valid(
+            """
+            def f(torch, x):
+                with torch.set_grad_enabled(False):
+                    return g(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def f(x):
+                torch.set_grad_enabled(False)
+                return g(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            with torch.set_grad_enabled(False) if frozen else nullcontext():
+                y = g(x)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\nwith torch.set_grad_enabled(False):  # eval\n    y = model(x)\n",
-            "import torch\nwith torch.no_grad():  # eval\n    y = model(x)\n",
+            """
+            import torch
+            with torch.set_grad_enabled(False):  # eval
+                y = model(x)
+            """,
+            """
+            import torch
+            with torch.no_grad():  # eval
+                y = model(x)
+            """,
         ),
         Invalid(
-            "import torch as T\n\n@T.set_grad_enabled(True)\ndef step(batch):\n    return loss(batch)\n",
-            "import torch as T\n\n@T.enable_grad()\ndef step(batch):\n    return loss(batch)\n",
+            """
+            import torch as T
+
+            @T.set_grad_enabled(True)
+            def step(batch):
+                return loss(batch)
+            """,
+            """
+            import torch as T
+
+            @T.enable_grad()
+            def step(batch):
+                return loss(batch)
+            """,
         ),
         Invalid(
-            "import torch\nwith open(p) as fh, torch.autograd.set_grad_enabled(mode=False):\n    pass\n",
-            "import torch\nwith open(p) as fh, torch.autograd.no_grad():\n    pass\n",
+            """
+            import torch
+            with open(p) as fh, torch.autograd.set_grad_enabled(mode=False):
+                pass
+            """,
+            """
+            import torch
+            with open(p) as fh, torch.autograd.no_grad():
+                pass
+            """,
         ),
         Invalid(
-            "from torch import set_grad_enabled\n\nwith set_grad_enabled(False):\n    y = model(x)\n",
-            "import torch\n\nwith torch.no_grad():\n    y = model(x)\n",
+            """
+            from torch import set_grad_enabled
+
+            with set_grad_enabled(False):
+                y = model(x)
+            """,
+            """
+            import torch
+
+            with torch.no_grad():
+                y = model(x)
+            """,
         ),
     ]
 
