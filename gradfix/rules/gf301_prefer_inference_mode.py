@@ -192,126 +192,370 @@ class PreferInferenceMode(Rule):
     VALID = [
         # forward methods and hooks: fine-tuning would break.
         Valid(
-            "import torch\nclass M(torch.nn.Module):\n    @torch.no_grad()\n    def forward(self, x):\n"
-            "        return self.net(x)\n"
+            """
+            import torch
+            class M(torch.nn.Module):
+                @torch.no_grad()
+                def forward(self, x):
+                    return self.net(x)
+            """
         ),
         Valid(
-            "import torch\nclass M(torch.nn.Module):\n    @torch.inference_mode()\n    def forward(self, x):\n"
-            "        return self.net(x)\n"
+            """
+            import torch
+            class M(torch.nn.Module):
+                @torch.inference_mode()
+                def forward(self, x):
+                    return self.net(x)
+            """
         ),
-        Valid("import torch\n@torch.no_grad()\ndef save_hook(module, inp, out):\n    return out.clone()\n"),
-        Valid("import torch\n@torch.no_grad()\ndef validation_step(self, batch, i):\n    return self(batch)\n"),
+        Valid(
+            """
+            import torch
+            @torch.no_grad()
+            def save_hook(module, inp, out):
+                return out.clone()
+            """
+        ),
+        Valid(
+            """
+            import torch
+            @torch.no_grad()
+            def validation_step(self, batch, i):
+                return self(batch)
+            """
+        ),
         # Results feed training in the same file.
         Valid(
-            "import torch\n@torch.no_grad()\ndef teacher_logits(teacher, x):\n    return teacher(x)\n\n"
-            "def train_step(student, teacher, x, opt):\n    t = teacher_logits(teacher, x)\n"
-            "    loss = kl(student(x), t)\n    loss.backward()\n    opt.step()\n"
+            """
+            import torch
+            @torch.no_grad()
+            def teacher_logits(teacher, x):
+                return teacher(x)
+
+            def train_step(student, teacher, x, opt):
+                t = teacher_logits(teacher, x)
+                loss = kl(student(x), t)
+                loss.backward()
+                opt.step()
+            """
         ),
         # Through an intermediate function.
         Valid(
-            "import torch\n@torch.no_grad()\ndef encode(enc, x):\n    return enc(x)\n\n"
-            "def features(enc, x):\n    return encode(enc, x)\n\n"
-            "def train(enc, head, x):\n    head(features(enc, x)).sum().backward()\n"
+            """
+            import torch
+            @torch.no_grad()
+            def encode(enc, x):
+                return enc(x)
+
+            def features(enc, x):
+                return encode(enc, x)
+
+            def train(enc, head, x):
+                head(features(enc, x)).sum().backward()
+            """
         ),
         # No outputs returned (an EMA update or in-place init).
         Valid(
-            "import torch\n@torch.no_grad()\ndef update_ema(ema, model, d):\n"
-            "    for e, p in zip(ema.parameters(), model.parameters()):\n        e.mul_(d).add_(p, alpha=1 - d)\n"
+            """
+            import torch
+            @torch.no_grad()
+            def update_ema(ema, model, d):
+                for e, p in zip(ema.parameters(), model.parameters()):
+                    e.mul_(d).add_(p, alpha=1 - d)
+            """
         ),
         # Stores tensors outside its locals.
-        Valid("import torch\n@torch.no_grad()\ndef embed(self, x):\n    self.cache = self.enc(x)\n    return self.cache\n"),
+        Valid(
+            """
+            import torch
+            @torch.no_grad()
+            def embed(self, x):
+                self.cache = self.enc(x)
+                return self.cache
+            """
+        ),
         # Uses grads (saliency maps) or turns them back on.
         Valid(
-            "import torch\ndef saliency(model, x):\n    with torch.no_grad():\n        x = x.clone()\n"
-            "        with torch.enable_grad():\n            x.requires_grad_()\n            y = model(x)\n"
-            "    return y\n"
+            """
+            import torch
+            def saliency(model, x):
+                with torch.no_grad():
+                    x = x.clone()
+                    with torch.enable_grad():
+                        x.requires_grad_()
+                        y = model(x)
+                return y
+            """
         ),
         # The body is not wholly one no_grad block.
-        Valid("import torch\ndef predict(model, x):\n    model.eval()\n    with torch.no_grad():\n        y = model(x)\n    return y\n"),
+        Valid(
+            """
+            import torch
+            def predict(model, x):
+                model.eval()
+                with torch.no_grad():
+                    y = model(x)
+                return y
+            """
+        ),
         # A local `torch` that is not the module.
-        Valid("def predict(torch, model, x):\n    with torch.no_grad():\n        return model(x)\n"),
-        Valid("import torch\n@torch.set_grad_enabled(False)\ndef predict(model, x):\n    return model(x)\n"),
+        Valid(
+            """
+            def predict(torch, model, x):
+                with torch.no_grad():
+                    return model(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            @torch.set_grad_enabled(False)
+            def predict(model, x):
+                return model(x)
+            """
+        ),
         # Results that other files typically train on (a linear probe on features, a PPO loss
         # on advantages, an MAE loss on patch targets): not an inference name.
-        Valid("import torch\n@torch.no_grad()\ndef extract_features(model, loader):\n    return torch.cat([model(x) for x in loader])\n"),
         Valid(
-            "import torch\nclass Agent(torch.nn.Module):\n    @torch.no_grad()\n"
-            "    def estimate_returns_and_advantages(self, rewards, values):\n        return rewards - values, values\n"
+            """
+            import torch
+            @torch.no_grad()
+            def extract_features(model, loader):
+                return torch.cat([model(x) for x in loader])
+            """
         ),
-        Valid("import torch\n@torch.no_grad()\ndef trunc_normal_(tensor, std=1.0):\n    with torch.no_grad():\n        return _trunc(tensor, std)\n"),
+        Valid(
+            """
+            import torch
+            class Agent(torch.nn.Module):
+                @torch.no_grad()
+                def estimate_returns_and_advantages(self, rewards, values):
+                    return rewards - values, values
+            """
+        ),
+        Valid(
+            """
+            import torch
+            @torch.no_grad()
+            def trunc_normal_(tensor, std=1.0):
+                with torch.no_grad():
+                    return _trunc(tensor, std)
+            """
+        ),
         # Builds a module (timm's `fuse`): its weights would be inference tensors.
         Valid(
-            "import torch\nfrom torch import nn\nclass ConvBn(nn.Module):\n    @torch.no_grad()\n    def fuse_for_eval(self):\n"
-            "        w = self.conv.weight * self.bn.weight[:, None, None, None]\n        m = nn.Conv2d(w.size(1), w.size(0), 1)\n"
-            "        m.weight.copy_(w)\n        return m\n"
+            """
+            import torch
+            from torch import nn
+            class ConvBn(nn.Module):
+                @torch.no_grad()
+                def fuse_for_eval(self):
+                    w = self.conv.weight * self.bn.weight[:, None, None, None]
+                    m = nn.Conv2d(w.size(1), w.size(0), 1)
+                    m.weight.copy_(w)
+                    return m
+            """
         ),
         Valid(
-            "import copy\nimport torch\n@torch.no_grad()\ndef make_eval_teacher(model):\n    teacher = copy.deepcopy(model)\n"
-            "    return teacher\n"
+            """
+            import copy
+            import torch
+            @torch.no_grad()
+            def make_eval_teacher(model):
+                teacher = copy.deepcopy(model)
+                return teacher
+            """
         ),
         # Reads the training flag: runs inside training, where its results may become a
         # target or an input that autograd saves (a base class's forward calls it).
         Valid(
-            "import torch\nclass RotatedRPN(RPN):\n    @torch.no_grad()\n"
-            "    def predict_proposals(self, anchors, deltas):\n"
-            "        return decode(anchors, deltas)[: self.topk[self.training]]\n"
+            """
+            import torch
+            class RotatedRPN(RPN):
+                @torch.no_grad()
+                def predict_proposals(self, anchors, deltas):
+                    return decode(anchors, deltas)[: self.topk[self.training]]
+            """
         ),
         Valid(
-            "import torch\n@torch.no_grad()\ndef initial_prediction(model, x):\n    was_training = model.training\n"
-            "    model.eval()\n    out = model(x).argmax(-1)\n    model.train(was_training)\n    return out\n"
+            """
+            import torch
+            @torch.no_grad()
+            def initial_prediction(model, x):
+                was_training = model.training
+                model.eval()
+                out = model(x).argmax(-1)
+                model.train(was_training)
+                return out
+            """
         ),
         # Exporters: tracing under inference mode is a different code path.
-        Valid("import torch\n@torch.no_grad()\ndef export_for_test(model, x):\n    return torch.jit.trace(model, x)\n"),
+        Valid(
+            """
+            import torch
+            @torch.no_grad()
+            def export_for_test(model, x):
+                return torch.jit.trace(model, x)
+            """
+        ),
     ]
     INVALID = [
         # `assert not self.training` insists on evaluation (PyG's layer-wise `inference`).
         Invalid(
-            "import torch\nclass SAGE(torch.nn.Module):\n    @torch.no_grad()\n    def inference(self, x):\n"
-            "        assert not self.training\n        return self.lin(x)\n",
-            "import torch\nclass SAGE(torch.nn.Module):\n    @torch.inference_mode()\n    def inference(self, x):\n"
-            "        assert not self.training\n        return self.lin(x)\n",
+            """
+            import torch
+            class SAGE(torch.nn.Module):
+                @torch.no_grad()
+                def inference(self, x):
+                    assert not self.training
+                    return self.lin(x)
+            """,
+            """
+            import torch
+            class SAGE(torch.nn.Module):
+                @torch.inference_mode()
+                def inference(self, x):
+                    assert not self.training
+                    return self.lin(x)
+            """,
         ),
         Invalid(
-            "import torch\n\n@torch.no_grad()  # eval only\ndef predict(model, x):\n    return model(x).argmax(1)\n",
-            "import torch\n\n@torch.inference_mode()  # eval only\ndef predict(model, x):\n    return model(x).argmax(1)\n",
+            """
+            import torch
+
+            @torch.no_grad()  # eval only
+            def predict(model, x):
+                return model(x).argmax(1)
+            """,
+            """
+            import torch
+
+            @torch.inference_mode()  # eval only
+            def predict(model, x):
+                return model(x).argmax(1)
+            """,
         ),
         Invalid(
-            "import torch as T\n\ndef predict(model, loader):\n    with T.no_grad():\n"
-            "        outs = []\n        for x in loader:\n            outs.append(model(x))\n        return T.cat(outs)\n",
-            "import torch as T\n\ndef predict(model, loader):\n    with T.inference_mode():\n"
-            "        outs = []\n        for x in loader:\n            outs.append(model(x))\n        return T.cat(outs)\n",
+            """
+            import torch as T
+
+            def predict(model, loader):
+                with T.no_grad():
+                    outs = []
+                    for x in loader:
+                        outs.append(model(x))
+                    return T.cat(outs)
+            """,
+            """
+            import torch as T
+
+            def predict(model, loader):
+                with T.inference_mode():
+                    outs = []
+                    for x in loader:
+                        outs.append(model(x))
+                    return T.cat(outs)
+            """,
         ),
         Invalid(
-            "import torch\n@torch.no_grad\ndef predict(model, x):\n    return model(x)\n",
-            "import torch\n@torch.inference_mode\ndef predict(model, x):\n    return model(x)\n",
+            """
+            import torch
+            @torch.no_grad
+            def predict(model, x):
+                return model(x)
+            """,
+            """
+            import torch
+            @torch.inference_mode
+            def predict(model, x):
+                return model(x)
+            """,
         ),
         Invalid(
-            "from torch import no_grad\n\n@no_grad()\ndef predict(model, x):\n    return model(x)\n",
-            "import torch\n\n@torch.inference_mode()\ndef predict(model, x):\n    return model(x)\n",
+            """
+            from torch import no_grad
+
+            @no_grad()
+            def predict(model, x):
+                return model(x)
+            """,
+            """
+            import torch
+
+            @torch.inference_mode()
+            def predict(model, x):
+                return model(x)
+            """,
         ),
         Invalid(
-            "import torch\n@torch.autograd.grad_mode.no_grad()\ndef predict(model, x):\n    return model(x)\n",
-            "import torch\n@torch.autograd.grad_mode.inference_mode()\ndef predict(model, x):\n    return model(x)\n",
+            """
+            import torch
+            @torch.autograd.grad_mode.no_grad()
+            def predict(model, x):
+                return model(x)
+            """,
+            """
+            import torch
+            @torch.autograd.grad_mode.inference_mode()
+            def predict(model, x):
+                return model(x)
+            """,
         ),
         # A method of a model that nothing in the file trains through (nanoGPT's generate).
         Invalid(
-            "import torch\nclass GPT(torch.nn.Module):\n    def forward(self, idx):\n        return self.head(idx)\n\n"
-            "    @torch.no_grad()\n    def generate(self, idx, n):\n        for _ in range(n):\n"
-            "            nxt = self(idx)[:, -1:].argmax(-1)\n            idx = torch.cat((idx, nxt), 1)\n        return idx\n",
-            "import torch\nclass GPT(torch.nn.Module):\n    def forward(self, idx):\n        return self.head(idx)\n\n"
-            "    @torch.inference_mode()\n    def generate(self, idx, n):\n        for _ in range(n):\n"
-            "            nxt = self(idx)[:, -1:].argmax(-1)\n            idx = torch.cat((idx, nxt), 1)\n        return idx\n",
+            """
+            import torch
+            class GPT(torch.nn.Module):
+                def forward(self, idx):
+                    return self.head(idx)
+
+                @torch.no_grad()
+                def generate(self, idx, n):
+                    for _ in range(n):
+                        nxt = self(idx)[:, -1:].argmax(-1)
+                        idx = torch.cat((idx, nxt), 1)
+                    return idx
+            """,
+            """
+            import torch
+            class GPT(torch.nn.Module):
+                def forward(self, idx):
+                    return self.head(idx)
+
+                @torch.inference_mode()
+                def generate(self, idx, n):
+                    for _ in range(n):
+                        nxt = self(idx)[:, -1:].argmax(-1)
+                        idx = torch.cat((idx, nxt), 1)
+                    return idx
+            """,
         ),
         # Any name, when only Python values come back (Rainbow's `act`).
         Invalid(
-            "import torch\nclass Agent:\n    @torch.no_grad()\n    def act(self, state):\n"
-            "        return (self.net(state) * self.support).sum(2).argmax(1).item()\n",
-            "import torch\nclass Agent:\n    @torch.inference_mode()\n    def act(self, state):\n"
-            "        return (self.net(state) * self.support).sum(2).argmax(1).item()\n",
+            """
+            import torch
+            class Agent:
+                @torch.no_grad()
+                def act(self, state):
+                    return (self.net(state) * self.support).sum(2).argmax(1).item()
+            """,
+            """
+            import torch
+            class Agent:
+                @torch.inference_mode()
+                def act(self, state):
+                    return (self.net(state) * self.support).sum(2).argmax(1).item()
+            """,
         ),
         # `no_grad` imported by name and `torch` a local: reported without a fix.
         Invalid(
-            "from torch import no_grad\ndef predict(model, x, torch):\n    with no_grad():\n        return model(x)\n",
+            """
+            from torch import no_grad
+            def predict(model, x, torch):
+                with no_grad():
+                    return model(x)
+            """,
             None,
         ),
     ]

@@ -227,142 +227,406 @@ class EvalWithoutNoGrad(Rule):
         # `torch` comes from a star import, so the `with` is not resolved: it may already be
         # `torch.no_grad()`, and wrapping would add a second `import torch`
         Valid(
-            "from helpers import *\n\ndef evaluate(model, loader):\n    model.eval()\n    hits = 0\n"
-            "    with torch.no_grad():\n        for x, y in loader:\n            scores = model(x)\n"
-            "            hits += (scores.argmax(1) == y).sum().item()\n    return hits\n"
+            """
+            from helpers import *
+
+            def evaluate(model, loader):
+                model.eval()
+                hits = 0
+                with torch.no_grad():
+                    for x, y in loader:
+                        scores = model(x)
+                        hits += (scores.argmax(1) == y).sum().item()
+                return hits
+            """
         ),
         Valid(
-            "import torch\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n"
-            "        return model(x)\n"
+            """
+            import torch
+            def evaluate(model, x):
+                model.eval()
+                with torch.no_grad():
+                    return model(x)
+            """
         ),
-        Valid("import torch\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n"),
         Valid(
-            "import torch\ndef evaluate(model, x):\n    model.eval()\n    return model(x)\n\n"
-            "def run(model, x):\n    with torch.no_grad():\n        return evaluate(model, x)\n"
+            """
+            import torch
+            @torch.no_grad()
+            def evaluate(model, x):
+                model.eval()
+                return model(x)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def evaluate(model, x):
+                model.eval()
+                return model(x)
+
+            def run(model, x):
+                with torch.no_grad():
+                    return evaluate(model, x)
+            """
         ),
         # Saliency maps / adversarial examples use grads.
         Valid(
-            "def saliency(model, x):\n    model.eval()\n    x.requires_grad_()\n"
-            "    score = model(x).max()\n    score.backward()\n    return x.grad\n"
+            """
+            def saliency(model, x):
+                model.eval()
+                x.requires_grad_()
+                score = model(x).max()
+                score.backward()
+                return x.grad
+            """
         ),
         Valid(
-            "import torch\ndef fgsm(model, x, y, eps):\n    model.eval()\n    x = x.clone().requires_grad_(True)\n"
-            "    loss = F.cross_entropy(model(x), y)\n    g, = torch.autograd.grad(loss, x)\n    return x + eps * g.sign()\n"
+            """
+            import torch
+            def fgsm(model, x, y, eps):
+                model.eval()
+                x = x.clone().requires_grad_(True)
+                loss = F.cross_entropy(model(x), y)
+                g, = torch.autograd.grad(loss, x)
+                return x + eps * g.sign()
+            """
         ),
         # A frozen network in a loss module: gradients must flow through it to the input.
         Valid(
-            "class PerceptualLoss(nn.Module):\n    def forward(self, x, y):\n        self.vgg.eval()\n"
-            "        return F.mse_loss(self.vgg(x), self.vgg(y))\n"
+            """
+            class PerceptualLoss(nn.Module):
+                def forward(self, x, y):
+                    self.vgg.eval()
+                    return F.mse_loss(self.vgg(x), self.vgg(y))
+            """
         ),
-        Valid("def perceptual_loss(vgg, x, y):\n    vgg.eval()\n    return (vgg(x) - vgg(y)).abs().mean()\n"),
+        Valid(
+            """
+            def perceptual_loss(vgg, x, y):
+                vgg.eval()
+                return (vgg(x) - vgg(y)).abs().mean()
+            """
+        ),
         # Its result feeds training in the same file.
         Valid(
-            "def teacher_out(teacher, x):\n    teacher.eval()\n    return teacher(x)\n\n"
-            "def train(student, teacher, x, opt):\n    loss = kd(student(x), teacher_out(teacher, x))\n"
-            "    loss.backward()\n    opt.step()\n"
+            """
+            def teacher_out(teacher, x):
+                teacher.eval()
+                return teacher(x)
+
+            def train(student, teacher, x, opt):
+                loss = kd(student(x), teacher_out(teacher, x))
+                loss.backward()
+                opt.step()
+            """
         ),
         # A bare toggle turned grads off (GF201 handles the toggle).
         Valid(
-            "import torch\ndef score(model, x):\n    model.eval()\n    torch.set_grad_enabled(False)\n"
-            "    return model(x)\n"
+            """
+            import torch
+            def score(model, x):
+                model.eval()
+                torch.set_grad_enabled(False)
+                return model(x)
+            """
         ),
         Valid(
-            "import torch\ndef score(model, x):\n    model.eval()\n    return model(x)\n\n"
-            "if __name__ == '__main__':\n    torch.set_grad_enabled(False)\n    score(None, None)\n"
+            """
+            import torch
+            def score(model, x):
+                model.eval()
+                return model(x)
+
+            if __name__ == '__main__':
+                torch.set_grad_enabled(False)
+                score(None, None)
+            """
         ),
         # Back in train mode before the call.
-        Valid("def step(model, x):\n    model.eval()\n    model.train()\n    return model(x)\n"),
-        # The call is before eval(), or on another object.
-        Valid("def f(model, other, x):\n    y = model(x)\n    model.eval()\n    return other(y)\n"),
         Valid(
-            "import torch\ndef f(model, x):\n    model.eval()\n    with torch.enable_grad():\n        return model(x)\n"
+            """
+            def step(model, x):
+                model.eval()
+                model.train()
+                return model(x)
+            """
+        ),
+        # The call is before eval(), or on another object.
+        Valid(
+            """
+            def f(model, other, x):
+                y = model(x)
+                model.eval()
+                return other(y)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def f(model, x):
+                model.eval()
+                with torch.enable_grad():
+                    return model(x)
+            """
         ),
         # A test of gradient checkpointing (timm's test_model_forward): the path needs grads.
         Valid(
-            "def test_forward(model, x):\n    model.eval()\n    out = model(x)\n    model.set_grad_checkpointing()\n"
-            "    assert model(x).allclose(out)\n"
+            """
+            def test_forward(model, x):
+                model.eval()
+                out = model(x)
+                model.set_grad_checkpointing()
+                assert model(x).allclose(out)
+            """
         ),
         # A project decorator that turns grad off (yolov5's `@smart_inference_mode()`).
         Valid(
-            "from utils import smart_inference_mode\n@smart_inference_mode()\ndef run(model, x):\n"
-            "    model.eval()\n    return model(x)\n"
+            """
+            from utils import smart_inference_mode
+            @smart_inference_mode()
+            def run(model, x):
+                model.eval()
+                return model(x)
+            """
         ),
         # The name is bound to a fresh module (in training mode) after `eval()`.
         Valid(
-            "import torch\ndef test_norm(x):\n    norm = Normalize()\n    norm = norm.eval()\n"
-            "    assert torch.jit.trace(norm, x)\n    norm = Normalize().to(x.device)\n    return norm(x)\n"
+            """
+            import torch
+            def test_norm(x):
+                norm = Normalize()
+                norm = norm.eval()
+                assert torch.jit.trace(norm, x)
+                norm = Normalize().to(x.device)
+                return norm(x)
+            """
         ),
     ]
     INVALID = [
         # A scripted copy keeps the eval mode (timm's test_model_forward_torchscript).
         Invalid(
-            "import torch\ndef check(model, x):\n    model.eval()\n    model = torch.jit.script(model)\n"
-            "    out = model(x)\n    assert out.shape[0] == x.shape[0]\n",
-            "import torch\ndef check(model, x):\n    model.eval()\n    model = torch.jit.script(model)\n"
-            "    with torch.no_grad():\n        out = model(x)\n    assert out.shape[0] == x.shape[0]\n",
+            """
+            import torch
+            def check(model, x):
+                model.eval()
+                model = torch.jit.script(model)
+                out = model(x)
+                assert out.shape[0] == x.shape[0]
+            """,
+            """
+            import torch
+            def check(model, x):
+                model.eval()
+                model = torch.jit.script(model)
+                with torch.no_grad():
+                    out = model(x)
+                assert out.shape[0] == x.shape[0]
+            """,
         ),
         # `model.to(..)` returns the same module, still in eval mode.
         Invalid(
-            "import torch\ndef evaluate(model, x, dev):\n    model.eval()\n    model = model.to(dev)\n"
-            "    return model(x).argmax(1)\n",
-            "import torch\ndef evaluate(model, x, dev):\n    model.eval()\n    model = model.to(dev)\n"
-            "    with torch.no_grad():\n        return model(x).argmax(1)\n",
+            """
+            import torch
+            def evaluate(model, x, dev):
+                model.eval()
+                model = model.to(dev)
+                return model(x).argmax(1)
+            """,
+            """
+            import torch
+            def evaluate(model, x, dev):
+                model.eval()
+                model = model.to(dev)
+                with torch.no_grad():
+                    return model(x).argmax(1)
+            """,
         ),
         Invalid(
-            "import torch\n\ndef evaluate(model, x):\n    model.eval()\n    # logits only\n"
-            "    logits = model(x)\n    return logits.argmax(1)\n",
-            "import torch\n\n@torch.no_grad()\ndef evaluate(model, x):\n    model.eval()\n    # logits only\n"
-            "    logits = model(x)\n    return logits.argmax(1)\n",
+            """
+            import torch
+
+            def evaluate(model, x):
+                model.eval()
+                # logits only
+                logits = model(x)
+                return logits.argmax(1)
+            """,
+            """
+            import torch
+
+            @torch.no_grad()
+            def evaluate(model, x):
+                model.eval()
+                # logits only
+                logits = model(x)
+                return logits.argmax(1)
+            """,
         ),
         Invalid(
-            "import torch as T\n\ndef validate(net, loader, crit):\n    net.eval()\n    total = 0.0\n"
-            "    for x, y in loader:\n        out = net(x)\n        total += crit(out, y).item()\n"
-            "    return total / len(loader)\n",
-            "import torch as T\n\n@T.no_grad()\ndef validate(net, loader, crit):\n    net.eval()\n    total = 0.0\n"
-            "    for x, y in loader:\n        out = net(x)\n"
-            "        total += crit(out, y).item()\n    return total / len(loader)\n",
+            """
+            import torch as T
+
+            def validate(net, loader, crit):
+                net.eval()
+                total = 0.0
+                for x, y in loader:
+                    out = net(x)
+                    total += crit(out, y).item()
+                return total / len(loader)
+            """,
+            """
+            import torch as T
+
+            @T.no_grad()
+            def validate(net, loader, crit):
+                net.eval()
+                total = 0.0
+                for x, y in loader:
+                    out = net(x)
+                    total += crit(out, y).item()
+                return total / len(loader)
+            """,
         ),
         # Two eval'd modules: one finding, one block from the first call to the last.
         Invalid(
-            "def reconstruct(self, x):\n    self.encoder.eval()\n    self.decoder.eval()\n"
-            "    z = self.encoder(x)\n    z = z.round()\n    return self.decoder(z)\n",
-            "import torch\n\n@torch.no_grad()\ndef reconstruct(self, x):\n    self.encoder.eval()\n    self.decoder.eval()\n"
-            "    z = self.encoder(x)\n    z = z.round()\n    return self.decoder(z)\n",
+            """
+            def reconstruct(self, x):
+                self.encoder.eval()
+                self.decoder.eval()
+                z = self.encoder(x)
+                z = z.round()
+                return self.decoder(z)
+            """,
+            """
+            import torch
+
+            @torch.no_grad()
+            def reconstruct(self, x):
+                self.encoder.eval()
+                self.decoder.eval()
+                z = self.encoder(x)
+                z = z.round()
+                return self.decoder(z)
+            """,
         ),
         # Calls in both branches: the `if` is wrapped.
         Invalid(
-            "import torch\ndef predict(model, x, tta):\n    model.eval()\n    if tta:\n"
-            "        y = (model(x) + model(x.flip(-1))) / 2\n    else:\n        y = model(x)\n    return y\n",
-            "import torch\n@torch.no_grad()\ndef predict(model, x, tta):\n    model.eval()\n    if tta:\n"
-            "        y = (model(x) + model(x.flip(-1))) / 2\n    else:\n        y = model(x)\n    return y\n",
+            """
+            import torch
+            def predict(model, x, tta):
+                model.eval()
+                if tta:
+                    y = (model(x) + model(x.flip(-1))) / 2
+                else:
+                    y = model(x)
+                return y
+            """,
+            """
+            import torch
+            @torch.no_grad()
+            def predict(model, x, tta):
+                model.eval()
+                if tta:
+                    y = (model(x) + model(x.flip(-1))) / 2
+                else:
+                    y = model(x)
+                return y
+            """,
         ),
         # Calls in a loop with work after it: one `with` around the loop, not one per statement.
         Invalid(
-            "import torch\ndef validate(net, loader, log):\n    net.eval()\n    hits = []\n"
-            "    for epoch in range(2):\n        for x, y in loader:\n            out = net(x)\n"
-            "            hits.append((out.argmax(1) == y).sum().item())\n    log.write(str(sum(hits)))\n    return hits\n",
-            "import torch\ndef validate(net, loader, log):\n    net.eval()\n    hits = []\n"
-            "    for epoch in range(2):\n        with torch.no_grad():\n            for x, y in loader:\n                out = net(x)\n"
-            "                hits.append((out.argmax(1) == y).sum().item())\n    log.write(str(sum(hits)))\n    return hits\n",
+            """
+            import torch
+            def validate(net, loader, log):
+                net.eval()
+                hits = []
+                for epoch in range(2):
+                    for x, y in loader:
+                        out = net(x)
+                        hits.append((out.argmax(1) == y).sum().item())
+                log.write(str(sum(hits)))
+                return hits
+            """,
+            """
+            import torch
+            def validate(net, loader, log):
+                net.eval()
+                hits = []
+                for epoch in range(2):
+                    with torch.no_grad():
+                        for x, y in loader:
+                            out = net(x)
+                            hits.append((out.argmax(1) == y).sum().item())
+                log.write(str(sum(hits)))
+                return hits
+            """,
         ),
         # The decorator goes under `@staticmethod`, closest to the `def`.
         Invalid(
-            "import torch\nclass Tester:\n    @staticmethod\n    def score(model, x):\n        model.eval()\n        return model(x)\n",
-            "import torch\nclass Tester:\n    @staticmethod\n    @torch.no_grad()\n    def score(model, x):\n        model.eval()\n        return model(x)\n",
+            """
+            import torch
+            class Tester:
+                @staticmethod
+                def score(model, x):
+                    model.eval()
+                    return model(x)
+            """,
+            """
+            import torch
+            class Tester:
+                @staticmethod
+                @torch.no_grad()
+                def score(model, x):
+                    model.eval()
+                    return model(x)
+            """,
         ),
         # Unrelated work between the calls (Lightning's test_restore): two blocks.
         Invalid(
-            "import torch\ndef check_reload(model, batch, path):\n    model.eval()\n    before = model(batch)\n"
-            "    torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n"
-            "    after = model(batch)\n    assert torch.equal(before, after)\n",
-            "import torch\ndef check_reload(model, batch, path):\n    model.eval()\n    with torch.no_grad():\n"
-            "        before = model(batch)\n    torch.save(model.state_dict(), path)\n    model.load_state_dict(torch.load(path))\n"
-            "    with torch.no_grad():\n        after = model(batch)\n    assert torch.equal(before, after)\n",
+            """
+            import torch
+            def check_reload(model, batch, path):
+                model.eval()
+                before = model(batch)
+                torch.save(model.state_dict(), path)
+                model.load_state_dict(torch.load(path))
+                after = model(batch)
+                assert torch.equal(before, after)
+            """,
+            """
+            import torch
+            def check_reload(model, batch, path):
+                model.eval()
+                with torch.no_grad():
+                    before = model(batch)
+                torch.save(model.state_dict(), path)
+                model.load_state_dict(torch.load(path))
+                with torch.no_grad():
+                    after = model(batch)
+                assert torch.equal(before, after)
+            """,
         ),
         # `torch` is a parameter here, not the module: reported, not fixed.
-        Invalid("import torch\ndef predict(model, x, torch):\n    model.eval()\n    return model(x)\n", None),
+        Invalid(
+            """
+            import torch
+            def predict(model, x, torch):
+                model.eval()
+                return model(x)
+            """,
+            None,
+        ),
         # A generator: reported, not fixed.
-        Invalid("def stream(model, xs):\n    model.eval()\n    for x in xs:\n        yield model(x)\n", None),
+        Invalid(
+            """
+            def stream(model, xs):
+                model.eval()
+                for x in xs:
+                    yield model(x)
+            """,
+            None,
+        ),
     ]
 
     def check(self, facts):

@@ -130,97 +130,256 @@ class LossAccumulatesGraph(Rule):
     VALID = [
         # Intentional accumulation: the sum is backpropagated.
         Valid(
-            "def train(model, batches, opt):\n    acc = 0\n    for x in batches:\n        loss = model(x).mean()\n"
-            "        acc += loss\n    acc.backward()\n    opt.step()\n"
+            """
+            def train(model, batches, opt):
+                acc = 0
+                for x in batches:
+                    loss = model(x).mean()
+                    acc += loss
+                acc.backward()
+                opt.step()
+            """
         ),
         Valid(
-            "def train(model, batches, opt, aux):\n    acc = 0\n    for x in batches:\n        loss = model(x).mean()\n"
-            "        aux(x).backward()\n        acc = acc + loss\n    (acc / len(batches)).backward()\n"
+            """
+            def train(model, batches, opt, aux):
+                acc = 0
+                for x in batches:
+                    loss = model(x).mean()
+                    aux(x).backward()
+                    acc = acc + loss
+                (acc / len(batches)).backward()
+            """
         ),
         # `loss` is a float returned by a helper: never backwarded here.
-        Valid("def fit(loader):\n    loss_avg = 0\n    for b in loader:\n        loss = train_step(b)\n        loss_avg += loss\n"),
         Valid(
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.backward()\n        total += loss.item()\n"
+            """
+            def fit(loader):
+                loss_avg = 0
+                for b in loader:
+                    loss = train_step(b)
+                    loss_avg += loss
+            """
         ),
         Valid(
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.backward()\n        total += loss.detach()\n"
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+                    total += loss.item()
+            """
+        ),
+        Valid(
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+                    total += loss.detach()
+            """
         ),
         # Rebound to a float after backward.
         Valid(
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.backward()\n        loss = loss.item()\n        total += loss\n"
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+                    loss = loss.item()
+                    total += loss
+            """
         ),
         # Reset every iteration: no graph outlives the step.
         Valid(
-            "def fit(model, loader):\n    for x in loader:\n        total = 0\n        loss = model(x)\n"
-            "        loss.backward()\n        total += loss\n        log(total)\n"
+            """
+            def fit(model, loader):
+                for x in loader:
+                    total = 0
+                    loss = model(x)
+                    loss.backward()
+                    total += loss
+                    log(total)
+            """
         ),
         # Not in a loop.
-        Valid("def step(model, x, total):\n    loss = model(x)\n    loss.backward()\n    total += loss\n    return total\n"),
+        Valid(
+            """
+            def step(model, x, total):
+                loss = model(x)
+                loss.backward()
+                total += loss
+                return total
+            """
+        ),
         # Under no_grad no graph is recorded.
         Valid(
-            "import torch\ndef fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.backward()\n        with torch.no_grad():\n            total += loss\n"
+            """
+            import torch
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward()
+                    with torch.no_grad():
+                        total += loss
+            """
         ),
         Valid(
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.backward(retain_graph=True)\n        total += loss\n"
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.backward(retain_graph=True)
+                    total += loss
+            """
         ),
         # `loss` stays a float when the branch with the backward does not run: `.detach()` would raise.
         Valid(
-            "def fit(model, loader, crit):\n    total = 0.0\n    for x, y in loader:\n        loss = 0.0\n"
-            "        if y is not None:\n            loss = crit(model(x), y)\n            loss.backward()\n"
-            "        total += loss\n"
+            """
+            def fit(model, loader, crit):
+                total = 0.0
+                for x, y in loader:
+                    loss = 0.0
+                    if y is not None:
+                        loss = crit(model(x), y)
+                        loss.backward()
+                    total += loss
+            """
         ),
         # The sum is backpropagated through an alias.
         Valid(
-            "def fit(model, loader, aux):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        aux(x).backward()\n        total = total + loss\n    avg = total / len(loader)\n    avg.backward()\n"
+            """
+            def fit(model, loader, aux):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    aux(x).backward()
+                    total = total + loss
+                avg = total / len(loader)
+                avg.backward()
+            """
         ),
     ]
     INVALID = [
         Invalid(
-            "def fit(model, loader, opt):\n    running = 0.0\n    for x, y in loader:\n        loss = model(x, y)\n"
-            "        loss.backward()\n        opt.step()\n        running += loss  # for the log\n    return running\n",
-            "def fit(model, loader, opt):\n    running = 0.0\n    for x, y in loader:\n        loss = model(x, y)\n"
-            "        loss.backward()\n        opt.step()\n        running += loss.detach()  # for the log\n    return running\n",
+            """
+            def fit(model, loader, opt):
+                running = 0.0
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    opt.step()
+                    running += loss  # for the log
+                return running
+            """,
+            """
+            def fit(model, loader, opt):
+                running = 0.0
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    opt.step()
+                    running += loss.detach()  # for the log
+                return running
+            """,
         ),
         Invalid(
-            "def fit(model, loader, opt):\n    total = 0\n    for x, y in loader:\n        loss = model(x, y)\n"
-            "        (loss / 4).backward()\n        total = total + loss * x.size(0)\n",
-            "def fit(model, loader, opt):\n    total = 0\n    for x, y in loader:\n        loss = model(x, y)\n"
-            "        (loss / 4).backward()\n        total = total + loss.detach() * x.size(0)\n",
+            """
+            def fit(model, loader, opt):
+                total = 0
+                for x, y in loader:
+                    loss = model(x, y)
+                    (loss / 4).backward()
+                    total = total + loss * x.size(0)
+            """,
+            """
+            def fit(model, loader, opt):
+                total = 0
+                for x, y in loader:
+                    loss = model(x, y)
+                    (loss / 4).backward()
+                    total = total + loss.detach() * x.size(0)
+            """,
         ),
         Invalid(
-            "def fit(self, loader):\n    for x in loader:\n        loss = self.model(x)\n"
-            "        self.scaler.scale(loss).backward()\n        self.epoch_loss += loss\n",
-            "def fit(self, loader):\n    for x in loader:\n        loss = self.model(x)\n"
-            "        self.scaler.scale(loss).backward()\n        self.epoch_loss += loss.item()\n",
+            """
+            def fit(self, loader):
+                for x in loader:
+                    loss = self.model(x)
+                    self.scaler.scale(loss).backward()
+                    self.epoch_loss += loss
+            """,
+            """
+            def fit(self, loader):
+                for x in loader:
+                    loss = self.model(x)
+                    self.scaler.scale(loss).backward()
+                    self.epoch_loss += loss.item()
+            """,
             options={"style": "item"},
         ),
         # Reset every 100 steps only (the PyTorch CIFAR tutorial's shape): up to 100 graphs alive.
         Invalid(
-            "def fit(model, loader, opt):\n    running = 0.0\n    for i, x in enumerate(loader):\n        loss = model(x)\n"
-            "        loss.backward()\n        opt.step()\n        running += loss\n        if i % 100 == 99:\n"
-            "            print(running / 100)\n            running = 0.0\n",
-            "def fit(model, loader, opt):\n    running = 0.0\n    for i, x in enumerate(loader):\n        loss = model(x)\n"
-            "        loss.backward()\n        opt.step()\n        running += loss.detach()\n        if i % 100 == 99:\n"
-            "            print(running / 100)\n            running = 0.0\n",
+            """
+            def fit(model, loader, opt):
+                running = 0.0
+                for i, x in enumerate(loader):
+                    loss = model(x)
+                    loss.backward()
+                    opt.step()
+                    running += loss
+                    if i % 100 == 99:
+                        print(running / 100)
+                        running = 0.0
+            """,
+            """
+            def fit(model, loader, opt):
+                running = 0.0
+                for i, x in enumerate(loader):
+                    loss = model(x)
+                    loss.backward()
+                    opt.step()
+                    running += loss.detach()
+                    if i % 100 == 99:
+                        print(running / 100)
+                        running = 0.0
+            """,
         ),
         # item style, loss not provably a scalar: reported, not fixed.
         Invalid(
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.sum().backward()\n        total += loss\n",
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.sum().backward()
+                    total += loss
+            """,
             None,
             options={"style": "item"},
         ),
         Invalid(
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.sum().backward()\n        total += loss\n",
-            "def fit(model, loader):\n    total = 0\n    for x in loader:\n        loss = model(x)\n"
-            "        loss.sum().backward()\n        total += loss.detach()\n",
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.sum().backward()
+                    total += loss
+            """,
+            """
+            def fit(model, loader):
+                total = 0
+                for x in loader:
+                    loss = model(x)
+                    loss.sum().backward()
+                    total += loss.detach()
+            """,
         ),
     ]
 

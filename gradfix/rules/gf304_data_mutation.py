@@ -227,88 +227,276 @@ class DataMutation(Rule):
     triggers = (".data",)
 
     VALID = [
-        Valid("def prune(w, keep):\n    w.data = w.data[:, keep]\n"),
-        Valid("def show(x):\n    print(x.data.cpu().numpy())\n    y = x.data[0]\n"),
-        Valid("def log(loss):\n    return loss.data[0]\n"),
-        Valid("def f(p):\n    q = p.data.clone().add_(1)\n    return q\n"),
-        Valid("import torch\ndef f(p, v):\n    with torch.no_grad():\n        p.copy_(v)\n"),
-        # `.data` as an ordinary attribute.
-        Valid("class Buf:\n    def reset(self):\n        self.data.zero_()\n"),
-        Valid("def norm(train_set):\n    train_set.data.sub_(0.5).div_(0.5)\n"),
-        Valid("def f(packed):\n    packed.data.mul_(2)\n"),
-        # A mapping called `data` (DGL's node/edge features): string keys, keys of `.items()`.
-        Valid("import torch\ndef f(g):\n    g.nodes['v1'].data['x'] = torch.randn(5, 3)\n"),
         Valid(
-            "def to_graph(g, store):\n    for attr, value in store.items():\n"
-            "        g.nodes['paper'].data[attr] = value\n"
+            """
+            def prune(w, keep):
+                w.data = w.data[:, keep]
+            """
+        ),
+        Valid(
+            """
+            def show(x):
+                print(x.data.cpu().numpy())
+                y = x.data[0]
+            """
+        ),
+        Valid(
+            """
+            def log(loss):
+                return loss.data[0]
+            """
+        ),
+        Valid(
+            """
+            def f(p):
+                q = p.data.clone().add_(1)
+                return q
+            """
+        ),
+        Valid(
+            """
+            import torch
+            def f(p, v):
+                with torch.no_grad():
+                    p.copy_(v)
+            """
+        ),
+        # `.data` as an ordinary attribute.
+        Valid(
+            """
+            class Buf:
+                def reset(self):
+                    self.data.zero_()
+            """
+        ),
+        Valid(
+            """
+            def norm(train_set):
+                train_set.data.sub_(0.5).div_(0.5)
+            """
+        ),
+        Valid(
+            """
+            def f(packed):
+                packed.data.mul_(2)
+            """
+        ),
+        # A mapping called `data` (DGL's node/edge features): string keys, keys of `.items()`.
+        Valid(
+            """
+            import torch
+            def f(g):
+                g.nodes['v1'].data['x'] = torch.randn(5, 3)
+            """
+        ),
+        Valid(
+            """
+            def to_graph(g, store):
+                for attr, value in store.items():
+                    g.nodes['paper'].data[attr] = value
+            """
         ),
         # A SciPy sparse matrix: `.data` is its own values.
         Valid(
-            "from scipy import sparse\ndef set_diag(lap, value):\n    if sparse.isspmatrix(lap):\n"
-            "        lap = lap.tocoo()\n        lap.data[lap.row == lap.col] = value\n    return lap\n"
+            """
+            from scipy import sparse
+            def set_diag(lap, value):
+                if sparse.isspmatrix(lap):
+                    lap = lap.tocoo()
+                    lap.data[lap.row == lap.col] = value
+                return lap
+            """
         ),
     ]
     INVALID = [
         Invalid(
-            "import torch\n\ndef sgd(model, lr):\n    for p in model.parameters():\n"
-            "        p.data.add_(-lr, p.grad.data)  # old signature kept\n",
-            "import torch\n\n@torch.no_grad()\ndef sgd(model, lr):\n    for p in model.parameters():\n"
-            "        p.add_(-lr, p.grad.data)  # old signature kept\n",
+            """
+            import torch
+
+            def sgd(model, lr):
+                for p in model.parameters():
+                    p.data.add_(-lr, p.grad.data)  # old signature kept
+            """,
+            """
+            import torch
+
+            @torch.no_grad()
+            def sgd(model, lr):
+                for p in model.parameters():
+                    p.add_(-lr, p.grad.data)  # old signature kept
+            """,
         ),
         Invalid(
-            "import torch as T\n\ndef init(m):\n    # DCGAN init\n    m.weight.data.normal_(1.0, 0.02)\n"
-            "    m.bias.data.fill_(0)\n    print(m)\n",
-            "import torch as T\n\ndef init(m):\n    # DCGAN init\n    with T.no_grad():\n        m.weight.normal_(1.0, 0.02)\n"
-            "        m.bias.fill_(0)\n    print(m)\n",
+            """
+            import torch as T
+
+            def init(m):
+                # DCGAN init
+                m.weight.data.normal_(1.0, 0.02)
+                m.bias.data.fill_(0)
+                print(m)
+            """,
+            """
+            import torch as T
+
+            def init(m):
+                # DCGAN init
+                with T.no_grad():
+                    m.weight.normal_(1.0, 0.02)
+                    m.bias.fill_(0)
+                print(m)
+            """,
         ),
         Invalid(
-            "import torch\n@torch.no_grad()\ndef step(params, lr):\n    for p in params:\n        p.data -= lr * p.grad\n"
-            "        p.grad.data.zero_()\n",
-            "import torch\n@torch.no_grad()\ndef step(params, lr):\n    for p in params:\n        p -= lr * p.grad\n"
-            "        p.grad.zero_()\n",
+            """
+            import torch
+            @torch.no_grad()
+            def step(params, lr):
+                for p in params:
+                    p.data -= lr * p.grad
+                    p.grad.data.zero_()
+            """,
+            """
+            import torch
+            @torch.no_grad()
+            def step(params, lr):
+                for p in params:
+                    p -= lr * p.grad
+                    p.grad.zero_()
+            """,
             count=2,
         ),
         Invalid(
-            "def soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
-            "        t.data.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
-            "import torch\n\n@torch.no_grad()\ndef soft_update(target, source, tau):\n    for t, s in zip(target.parameters(), source.parameters()):\n"
-            "        t.copy_(t.data * (1.0 - tau) + s.data * tau)\n",
+            """
+            def soft_update(target, source, tau):
+                for t, s in zip(target.parameters(), source.parameters()):
+                    t.data.copy_(t.data * (1.0 - tau) + s.data * tau)
+            """,
+            """
+            import torch
+
+            @torch.no_grad()
+            def soft_update(target, source, tau):
+                for t, s in zip(target.parameters(), source.parameters()):
+                    t.copy_(t.data * (1.0 - tau) + s.data * tau)
+            """,
         ),
         Invalid(
-            "import torch\ndef mask(weight, idx):\n    weight.data[idx] = 0\n",
-            "import torch\n@torch.no_grad()\ndef mask(weight, idx):\n    weight[idx] = 0\n",
+            """
+            import torch
+            def mask(weight, idx):
+                weight.data[idx] = 0
+            """,
+            """
+            import torch
+            @torch.no_grad()
+            def mask(weight, idx):
+                weight[idx] = 0
+            """,
         ),
         # Writes in one loop body share one `with` around the loop, inside the training loop.
         Invalid(
-            "import torch\ndef train(model, loader, lr):\n    for x in loader:\n        model(x).sum().backward()\n"
-            "        for p in model.parameters():\n            if p.grad is None:\n                continue\n"
-            "            p.data.add_(p.grad, alpha=-lr)\n            p.grad.data.zero_()\n",
-            "import torch\ndef train(model, loader, lr):\n    for x in loader:\n        model(x).sum().backward()\n"
-            "        with torch.no_grad():\n            for p in model.parameters():\n                if p.grad is None:\n"
-            "                    continue\n                p.add_(p.grad, alpha=-lr)\n                p.grad.zero_()\n",
+            """
+            import torch
+            def train(model, loader, lr):
+                for x in loader:
+                    model(x).sum().backward()
+                    for p in model.parameters():
+                        if p.grad is None:
+                            continue
+                        p.data.add_(p.grad, alpha=-lr)
+                        p.grad.data.zero_()
+            """,
+            """
+            import torch
+            def train(model, loader, lr):
+                for x in loader:
+                    model(x).sum().backward()
+                    with torch.no_grad():
+                        for p in model.parameters():
+                            if p.grad is None:
+                                continue
+                            p.add_(p.grad, alpha=-lr)
+                            p.grad.zero_()
+            """,
         ),
         # Other work in the loop body: the `with` holds the write only.
         Invalid(
-            "import torch\ndef train(model, loader):\n    for x in loader:\n        model(x).sum().backward()\n"
-            "        model.weight.data.clamp_(0, 1)\n",
-            "import torch\ndef train(model, loader):\n    for x in loader:\n        model(x).sum().backward()\n"
-            "        with torch.no_grad():\n            model.weight.clamp_(0, 1)\n",
+            """
+            import torch
+            def train(model, loader):
+                for x in loader:
+                    model(x).sum().backward()
+                    model.weight.data.clamp_(0, 1)
+            """,
+            """
+            import torch
+            def train(model, loader):
+                for x in loader:
+                    model(x).sum().backward()
+                    with torch.no_grad():
+                        model.weight.clamp_(0, 1)
+            """,
         ),
         # Receiver of unknown kind: reported without a fix.
-        Invalid("def f(h):\n    h.data.zero_()\n", None),
+        Invalid(
+            """
+            def f(h):
+                h.data.zero_()
+            """,
+            None,
+        ),
         # `torch` is a local here: reported without a fix.
-        Invalid("def f(p, torch):\n    p.data.zero_()\n", None),
+        Invalid(
+            """
+            def f(p, torch):
+                p.data.zero_()
+            """,
+            None,
+        ),
         # `p` is an activation here (softmax saves its output): reported without a fix.
-        Invalid("import torch\ndef f(x):\n    p = torch.softmax(x, -1)\n    p.data.clamp_(1e-6, 1)\n    return p\n", None),
+        Invalid(
+            """
+            import torch
+            def f(x):
+                p = torch.softmax(x, -1)
+                p.data.clamp_(1e-6, 1)
+                return p
+            """,
+            None,
+        ),
         # A leaf made to require grad (the classic tutorial's manual SGD): fixed.
         Invalid(
-            "import torch\nw1 = torch.randn(3, 4, requires_grad=True)\nw1.data -= 0.1 * w1.grad\n",
-            "import torch\nw1 = torch.randn(3, 4, requires_grad=True)\nwith torch.no_grad():\n    w1 -= 0.1 * w1.grad\n",
+            """
+            import torch
+            w1 = torch.randn(3, 4, requires_grad=True)
+            w1.data -= 0.1 * w1.grad
+            """,
+            """
+            import torch
+            w1 = torch.randn(3, 4, requires_grad=True)
+            with torch.no_grad():
+                w1 -= 0.1 * w1.grad
+            """,
         ),
         # NumPy's testing helpers take tensors: the receiver is still a tensor (reported).
-        Invalid("import numpy as np\ndef f(h, ref):\n    np.testing.assert_allclose(h, ref)\n    h.data.zero_()\n", None),
+        Invalid(
+            """
+            import numpy as np
+            def f(h, ref):
+                np.testing.assert_allclose(h, ref)
+                h.data.zero_()
+            """,
+            None,
+        ),
         # A one-line `if`: reported without a fix.
-        Invalid("def f(p, reset):\n    if reset: p.data.zero_()\n", None),
+        Invalid(
+            """
+            def f(p, reset):
+                if reset: p.data.zero_()
+            """,
+            None,
+        ),
     ]
 
     def check(self, facts):
