@@ -82,58 +82,167 @@ class VariableVolatile(Rule):
     triggers = ("Variable",)  # the positional form `Variable(x, False, True)` has no "volatile"
 
     VALID = [
-        Valid("import torch\nwith torch.no_grad():\n    y = model(x)\n"),
-        Valid("from torch.autograd import Variable\nv = Variable(x)\n"),
-        Valid("from tensorflow import Variable\nv = Variable(x, volatile=True)\n"),
-        Valid("class Variable:\n    def __init__(self, x, volatile=False):\n        pass\n\nv = Variable(3, volatile=True)\n"),
-        Valid("import torch\nbuf = Buffer(x, volatile=True)\n"),
+        Valid(
+            """
+            import torch
+            with torch.no_grad():
+                y = model(x)
+            """
+        ),
+        Valid(
+            """
+            from torch.autograd import Variable
+            v = Variable(x)
+            """
+        ),
+        Valid(
+            """
+            from tensorflow import Variable
+            v = Variable(x, volatile=True)
+            """
+        ),
+        Valid(
+            """
+            class Variable:
+                def __init__(self, x, volatile=False):
+                    pass
+
+            v = Variable(3, volatile=True)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            buf = Buffer(x, volatile=True)
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\n\ndef test(model, data):\n"
-            "    data = Variable(data, volatile=True)  # inference\n    return model(data)\n",
-            "import torch\n\ndef test(model, data):\n"
-            "    data = data.detach()  # inference\n    return model(data)\n",
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def test(model, data):
+                data = Variable(data, volatile=True)  # inference
+                return model(data)
+            """,
+            """
+            import torch
+
+            def test(model, data):
+                data = data.detach()  # inference
+                return model(data)
+            """,
         ),
         Invalid(
-            "import torch\n\ndef batch(source, i, evaluation=False):\n"
-            "    return torch.autograd.Variable(source[i:i + 35], volatile = evaluation)\n",
-            "import torch\n\ndef batch(source, i, evaluation=False):\n"
-            "    return source[i:i + 35].detach()\n",
+            """
+            import torch
+
+            def batch(source, i, evaluation=False):
+                return torch.autograd.Variable(source[i:i + 35], volatile = evaluation)
+            """,
+            """
+            import torch
+
+            def batch(source, i, evaluation=False):
+                return source[i:i + 35].detach()
+            """,
         ),
         Invalid(
-            "from torch.autograd import Variable, grad\nx, y = Variable(a, volatile=True), Variable(b)\n",
-            "from torch.autograd import Variable, grad\nx, y = a.detach(), Variable(b)\n",
+            """
+            from torch.autograd import Variable, grad
+            x, y = Variable(a, volatile=True), Variable(b)
+            """,
+            """
+            from torch.autograd import Variable, grad
+            x, y = a.detach(), Variable(b)
+            """,
         ),
         Invalid(
-            "import torch.autograd as ag\nw = ag.Variable(a * 2, volatile=False, requires_grad=True)\n",
-            "import torch.autograd as ag\nw = (a * 2).detach().requires_grad_()\n",
+            """
+            import torch.autograd as ag
+            w = ag.Variable(a * 2, volatile=False, requires_grad=True)
+            """,
+            """
+            import torch.autograd as ag
+            w = (a * 2).detach().requires_grad_()
+            """,
         ),
         Invalid(
-            "from torch.autograd.variable import Variable\nw = Variable(x, False, True)\n",
-            "w = x.detach()\n",
+            """
+            from torch.autograd.variable import Variable
+            w = Variable(x, False, True)
+            """,
+            """
+            w = x.detach()
+            """,
         ),
         # Propagated volatility (`x.volatile` is always False today): no set_grad_enabled hint.
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\n\ndef forward(self, x):\n"
-            "    zeros = Variable(torch.zeros(x.size()), volatile=x.volatile)\n    return self.logstd(zeros)\n",
-            "import torch\n\ndef forward(self, x):\n"
-            "    zeros = torch.zeros(x.size())\n    return self.logstd(zeros)\n",
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def forward(self, x):
+                zeros = Variable(torch.zeros(x.size()), volatile=x.volatile)
+                return self.logstd(zeros)
+            """,
+            """
+            import torch
+
+            def forward(self, x):
+                zeros = torch.zeros(x.size())
+                return self.logstd(zeros)
+            """,
         ),
         # Raises ValueError today (volatile and requires_grad both true): report only.
-        Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=True, volatile=True)\n", None),
-        Invalid("from torch.autograd import Variable\nw = Variable(x, requires_grad=train, volatile=not train)\n", None),
-        Invalid("from torch.autograd import Variable\nw = Variable(x, volatile=True, **kw)\n", None),
-        # A test batch from the loader: the wrapper goes (unsafe), as GF402 does.
         Invalid(
-            "from torch.autograd import Variable\n\ndef test(model, test_loader):\n    for data, target in test_loader:\n"
-            "        output = model(Variable(data.cuda(), volatile=True))\n",
-            "def test(model, test_loader):\n    for data, target in test_loader:\n"
-            "        output = model(data.cuda())\n",
+            """
+            from torch.autograd import Variable
+            w = Variable(x, requires_grad=True, volatile=True)
+            """,
+            None,
         ),
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\nh = Variable(torch.zeros(2), volatile=True)\n",
-            "import torch\nh = torch.zeros(2).detach()\n",
+            """
+            from torch.autograd import Variable
+            w = Variable(x, requires_grad=train, volatile=not train)
+            """,
+            None,
+        ),
+        Invalid(
+            """
+            from torch.autograd import Variable
+            w = Variable(x, volatile=True, **kw)
+            """,
+            None,
+        ),
+        # A test batch from the loader: the wrapper goes (unsafe), as GF402 does.
+        Invalid(
+            """
+            from torch.autograd import Variable
+
+            def test(model, test_loader):
+                for data, target in test_loader:
+                    output = model(Variable(data.cuda(), volatile=True))
+            """,
+            """
+            def test(model, test_loader):
+                for data, target in test_loader:
+                    output = model(data.cuda())
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+            h = Variable(torch.zeros(2), volatile=True)
+            """,
+            """
+            import torch
+            h = torch.zeros(2).detach()
+            """,
             options={"style": "exact"},
         ),
     ]

@@ -88,94 +88,255 @@ class VariableWrapper(Rule):
     )
 
     VALID = [
-        Valid("import torch\ny = x.detach()\n"),
-        Valid("from tensorflow import Variable\nv = Variable(x)\n"),
-        Valid("class Variable:\n    def __init__(self, x):\n        self.x = x\n\nv = Variable(3)\n"),
         Valid(
-            "from torch.autograd import Variable\n\nclass Variable:\n    pass\n\nv = Variable(x)\n"
+            """
+            import torch
+            y = x.detach()
+            """
         ),
-        Valid("from torch.autograd import Variable\n\ndef f(Variable, x):\n    return Variable(x)\n"),
+        Valid(
+            """
+            from tensorflow import Variable
+            v = Variable(x)
+            """
+        ),
+        Valid(
+            """
+            class Variable:
+                def __init__(self, x):
+                    self.x = x
+
+            v = Variable(3)
+            """
+        ),
+        Valid(
+            """
+            from torch.autograd import Variable
+
+            class Variable:
+                pass
+
+            v = Variable(x)
+            """
+        ),
+        Valid(
+            """
+            from torch.autograd import Variable
+
+            def f(Variable, x):
+                return Variable(x)
+            """
+        ),
         # GF404's
-        Valid("from torch.autograd import Variable\nok = isinstance(x, Variable)\n"),
+        Valid(
+            """
+            from torch.autograd import Variable
+            ok = isinstance(x, Variable)
+            """
+        ),
     ]
     INVALID = [
         # A graph may hang on `batch` here: the exact alias.
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\n\nx = Variable(batch).cuda()  # to GPU\n",
-            "import torch\n\nx = batch.detach().cuda()  # to GPU\n",
+            """
+            import torch
+            from torch.autograd import Variable
+
+            x = Variable(batch).cuda()  # to GPU
+            """,
+            """
+            import torch
+
+            x = batch.detach().cuda()  # to GPU
+            """,
         ),
         # Fresh tensors need no grad: the wrapper goes.
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\n\ndef init_hidden(n):\n"
-            "    return Variable(torch.zeros(1, n)), Variable(torch.from_numpy(a).float().cuda())\n",
-            "import torch\n\ndef init_hidden(n):\n"
-            "    return torch.zeros(1, n), torch.from_numpy(a).float().cuda()\n",
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def init_hidden(n):
+                return Variable(torch.zeros(1, n)), Variable(torch.from_numpy(a).float().cuda())
+            """,
+            """
+            import torch
+
+            def init_hidden(n):
+                return torch.zeros(1, n), torch.from_numpy(a).float().cuda()
+            """,
             count=2,
         ),
         Invalid(
-            "from torch.autograd import Variable\n\ndef repackage(h):\n    return Variable(h.data)\n",
-            "def repackage(h):\n    return h.detach()\n",
+            """
+            from torch.autograd import Variable
+
+            def repackage(h):
+                return Variable(h.data)
+            """,
+            """
+            def repackage(h):
+                return h.detach()
+            """,
         ),
         Invalid(
-            "import torch\nw = torch.autograd.Variable(torch.zeros(3), requires_grad=True)\n"
-            "b = torch.autograd.Variable(torch.FloatTensor(3).zero_(), requires_grad=True)\n"
-            "c = torch.autograd.Variable(torch.ones( 3 ), True)\n",
-            "import torch\nw = torch.zeros(3, requires_grad=True)\n"
-            "b = torch.FloatTensor(3).zero_().requires_grad_()\n"
-            "c = torch.ones( 3, requires_grad=True )\n",
+            """
+            import torch
+            w = torch.autograd.Variable(torch.zeros(3), requires_grad=True)
+            b = torch.autograd.Variable(torch.FloatTensor(3).zero_(), requires_grad=True)
+            c = torch.autograd.Variable(torch.ones( 3 ), True)
+            """,
+            """
+            import torch
+            w = torch.zeros(3, requires_grad=True)
+            b = torch.FloatTensor(3).zero_().requires_grad_()
+            c = torch.ones( 3, requires_grad=True )
+            """,
             count=3,
         ),
         Invalid(
-            "import torch\nw = torch.autograd.Variable(torch.zeros(3), requires_grad=True)\n",
-            "import torch\nw = torch.zeros(3).detach().requires_grad_(True)\n",
+            """
+            import torch
+            w = torch.autograd.Variable(torch.zeros(3), requires_grad=True)
+            """,
+            """
+            import torch
+            w = torch.zeros(3).detach().requires_grad_(True)
+            """,
             options={"style": "exact"},
         ),
         # A batch from the loader: the wrapper goes (unsafe: it assumes the batch needs no grad),
         # and so does the line that would then assign the batch to itself.
         Invalid(
-            "from torch.autograd import Variable\n\ndef train(model, train_loader):\n"
-            "    for data, target in train_loader:\n        data, target = Variable(data), Variable(target)\n"
-            "        model(data).sum().backward()\n",
-            "def train(model, train_loader):\n"
-            "    for data, target in train_loader:\n"
-            "        model(data).sum().backward()\n",
+            """
+            from torch.autograd import Variable
+
+            def train(model, train_loader):
+                for data, target in train_loader:
+                    data, target = Variable(data), Variable(target)
+                    model(data).sum().backward()
+            """,
+            """
+            def train(model, train_loader):
+                for data, target in train_loader:
+                    model(data).sum().backward()
+            """,
             count=2,
         ),
         # A block keeps a statement: where every line would go, none goes.
         Invalid(
-            "from torch.autograd import Variable\ndef f(val_loader):\n    for data, target in val_loader:\n"
-            "        data = Variable(data)\n        target = Variable(target)\n",
-            "def f(val_loader):\n    for data, target in val_loader:\n        data = data\n        target = target\n",
+            """
+            from torch.autograd import Variable
+            def f(val_loader):
+                for data, target in val_loader:
+                    data = Variable(data)
+                    target = Variable(target)
+            """,
+            """
+            def f(val_loader):
+                for data, target in val_loader:
+                    data = data
+                    target = target
+            """,
             count=2,
         ),
         Invalid(
-            "import torch.autograd as ag\ns = ag.Variable(a + b, requires_grad = trainable)\n",
-            "import torch.autograd as ag\ns = (a + b).detach().requires_grad_(trainable)\n",
+            """
+            import torch.autograd as ag
+            s = ag.Variable(a + b, requires_grad = trainable)
+            """,
+            """
+            import torch.autograd as ag
+            s = (a + b).detach().requires_grad_(trainable)
+            """,
         ),
         Invalid(
-            "from torch.autograd.variable import Variable\nw = Variable(x, 1)\nok = isinstance(w, Variable)\n",
-            "from torch.autograd.variable import Variable\nw = x.detach().requires_grad_()\nok = isinstance(w, Variable)\n",
+            """
+            from torch.autograd.variable import Variable
+            w = Variable(x, 1)
+            ok = isinstance(w, Variable)
+            """,
+            """
+            from torch.autograd.variable import Variable
+            w = x.detach().requires_grad_()
+            ok = isinstance(w, Variable)
+            """,
         ),
         Invalid(
-            "from torch.autograd import Variable, grad\n\ndef f(x):\n    g = grad(Variable(x).sum(), x)\n    return (Variable(x ** 2))\n",
-            "from torch.autograd import grad\n\ndef f(x):\n    g = grad(x.detach().sum(), x)\n    return ((x ** 2).detach())\n",
+            """
+            from torch.autograd import Variable, grad
+
+            def f(x):
+                g = grad(Variable(x).sum(), x)
+                return (Variable(x ** 2))
+            """,
+            """
+            from torch.autograd import grad
+
+            def f(x):
+                g = grad(x.detach().sum(), x)
+                return ((x ** 2).detach())
+            """,
             count=2,
         ),
         Invalid(
-            "from torch.autograd import Variable as V\nh = V(enc(\n    2, 3\n))\n",
-            "from torch.autograd import Variable as V\nh = enc(\n    2, 3\n).detach()\n",
+            """
+            from torch.autograd import Variable as V
+            h = V(enc(
+                2, 3
+            ))
+            """,
+            """
+            from torch.autograd import Variable as V
+            h = enc(
+                2, 3
+            ).detach()
+            """,
         ),
         Invalid(
-            "from torch.autograd import Variable\nh = Variable(x\n             .float())\n",
-            "h = (x\n             .float()).detach()\n",
+            """
+            from torch.autograd import Variable
+            h = Variable(x
+                         .float())
+            """,
+            """
+            h = (x
+                         .float()).detach()
+            """,
         ),
-        Invalid("from torch.autograd import Variable\nv = Variable(x, **opts)\n", None),
-        Invalid("from torch.autograd import Variable\nv = Variable(3)\n", None),
         Invalid(
-            "from torch.autograd import Variable\nv = Variable(torch.cat([a,  # left\n                        b]))\n",
-            "v = torch.cat([a,  # left\n                        b]).detach()\n",
+            """
+            from torch.autograd import Variable
+            v = Variable(x, **opts)
+            """,
+            None,
         ),
-        Invalid("from torch.autograd import Variable\nv = Variable(x,  # the input\n             requires_grad=True)\n", None),
+        Invalid(
+            """
+            from torch.autograd import Variable
+            v = Variable(3)
+            """,
+            None,
+        ),
+        Invalid(
+            """
+            from torch.autograd import Variable
+            v = Variable(torch.cat([a,  # left
+                                    b]))
+            """,
+            """
+            v = torch.cat([a,  # left
+                                    b]).detach()
+            """,
+        ),
+        Invalid(
+            """
+            from torch.autograd import Variable
+            v = Variable(x,  # the input
+                         requires_grad=True)
+            """,
+            None,
+        ),
     ]
 
     def check(self, facts):

@@ -249,55 +249,213 @@ class DataIndexZero(Rule):
     triggers = ("data",)
 
     VALID = [
-        Valid("out = model(x)\nfirst = out.data[0]\n"),
-        Valid("def act(policy, state):\n    probs = policy(state)\n    return probs.data[0]\n"),
-        Valid("losses = criterion(out, y)\nfirst = losses.data[0]\n"),
-        Valid("import torch.nn as nn\ncrit = nn.NLLLoss(reduce=False)\nl = crit(out, y)\nprint(l.data[0])\n"),
-        Valid("import torch.nn.functional as F\nl = F.mse_loss(a, b, reduction='none')\nprint(l.data[0])\n"),
-        Valid("row_sum = x.sum(1)\nprint(row_sum.data[0])\n"),
-        Valid("loss = criterion(out, y)\nloss.data[0] = 0\n"),
-        Valid("loss = criterion(out, y)\nv = loss.data[1]\n"),
-        Valid("loss = criterion(out, y)\nv = loss.data[0][1]\n"),
-        Valid("value = critic(state)\nadv = reward - value.data[0]\n"),
-        Valid("for loss in per_gpu:\n    print(loss.data[0])\n"),
+        Valid(
+            """
+            out = model(x)
+            first = out.data[0]
+            """
+        ),
+        Valid(
+            """
+            def act(policy, state):
+                probs = policy(state)
+                return probs.data[0]
+            """
+        ),
+        Valid(
+            """
+            losses = criterion(out, y)
+            first = losses.data[0]
+            """
+        ),
+        Valid(
+            """
+            import torch.nn as nn
+            crit = nn.NLLLoss(reduce=False)
+            l = crit(out, y)
+            print(l.data[0])
+            """
+        ),
+        Valid(
+            """
+            import torch.nn.functional as F
+            l = F.mse_loss(a, b, reduction='none')
+            print(l.data[0])
+            """
+        ),
+        Valid(
+            """
+            row_sum = x.sum(1)
+            print(row_sum.data[0])
+            """
+        ),
+        Valid(
+            """
+            loss = criterion(out, y)
+            loss.data[0] = 0
+            """
+        ),
+        Valid(
+            """
+            loss = criterion(out, y)
+            v = loss.data[1]
+            """
+        ),
+        Valid(
+            """
+            loss = criterion(out, y)
+            v = loss.data[0][1]
+            """
+        ),
+        Valid(
+            """
+            value = critic(state)
+            adv = reward - value.data[0]
+            """
+        ),
+        Valid(
+            """
+            for loss in per_gpu:
+                print(loss.data[0])
+            """
+        ),
         # the criterion is unreduced, whatever the result is called
-        Valid("import torch.nn as nn\nper_item = nn.NLLLoss(reduction='none')\nbatch_loss = per_item(out, y)\nv = batch_loss.data[0]\n"),
-        Valid("total_loss = scores.sum(dim=1)\nprint(total_loss.data[0])\n"),
+        Valid(
+            """
+            import torch.nn as nn
+            per_item = nn.NLLLoss(reduction='none')
+            batch_loss = per_item(out, y)
+            v = batch_loss.data[0]
+            """
+        ),
+        Valid(
+            """
+            total_loss = scores.sum(dim=1)
+            print(total_loss.data[0])
+            """
+        ),
         # An accumulator built with a shape keeps it: `.data[0]` works today, `.item()` would
         # change its type (and raise for more than one element).
         Valid(
-            "import torch\nfrom torch.autograd import Variable\ndef step(out, y):\n    loss = Variable(torch.zeros(1)).cuda()\n"
-            "    loss += criterion(out, y)\n    return loss.data[0]\n"
+            """
+            import torch
+            from torch.autograd import Variable
+            def step(out, y):
+                loss = Variable(torch.zeros(1)).cuda()
+                loss += criterion(out, y)
+                return loss.data[0]
+            """
         ),
-        Valid("import torch\nval_loss = torch.zeros(2)\nval_loss += torch.stack([crit(a, b), n])\nmean = val_loss.data[0] / val_loss.data[1]\n"),
-        Valid("def log(stats):\n    total_loss = criterion(out, y)\n    print(total_loss.data[0], total_loss[1:])\n"),
+        Valid(
+            """
+            import torch
+            val_loss = torch.zeros(2)
+            val_loss += torch.stack([crit(a, b), n])
+            mean = val_loss.data[0] / val_loss.data[1]
+            """
+        ),
+        Valid(
+            """
+            def log(stats):
+                total_loss = criterion(out, y)
+                print(total_loss.data[0], total_loss[1:])
+            """
+        ),
         # A torch function or reshaping method that is not a reduction says "shape", whatever the name.
-        Valid("import torch\nloss_terms = torch.stack([l1, l2])\nfirst_loss = torch.cat([a, b])\nprint(loss_terms.data[0], first_loss.data[0])\n"),
-        Valid("loss = criterion(out, y).unsqueeze(0)\nprint(loss.data[0])\n"),
-        Valid("def log(self):\n    print(self.loss_history.data[0], self.loss_buffer.data[0])\n"),
+        Valid(
+            """
+            import torch
+            loss_terms = torch.stack([l1, l2])
+            first_loss = torch.cat([a, b])
+            print(loss_terms.data[0], first_loss.data[0])
+            """
+        ),
+        Valid(
+            """
+            loss = criterion(out, y).unsqueeze(0)
+            print(loss.data[0])
+            """
+        ),
+        Valid(
+            """
+            def log(self):
+                print(self.loss_history.data[0], self.loss_buffer.data[0])
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "loss = criterion(output, target)\nprint('loss {:.4f}'.format(loss.data[0]))  # log\n",
-            "loss = criterion(output, target)\nprint('loss {:.4f}'.format(loss.item()))  # log\n",
+            """
+            loss = criterion(output, target)
+            print('loss {:.4f}'.format(loss.data[0]))  # log
+            """,
+            """
+            loss = criterion(output, target)
+            print('loss {:.4f}'.format(loss.item()))  # log
+            """,
         ),
         Invalid(
-            "import torch.nn.functional as F\n\ndef test(out, y):\n"
-            "    return F.nll_loss(out, y, size_average=False).data[0]\n",
-            "import torch.nn.functional as F\n\ndef test(out, y):\n"
-            "    return F.nll_loss(out, y, size_average=False).item()\n",
+            """
+            import torch.nn.functional as F
+
+            def test(out, y):
+                return F.nll_loss(out, y, size_average=False).data[0]
+            """,
+            """
+            import torch.nn.functional as F
+
+            def test(out, y):
+                return F.nll_loss(out, y, size_average=False).item()
+            """,
         ),
         Invalid(
-            "def step(out, y):\n    err_real = self.crit(out, y)\n    err_fake = self.crit(fake, y0)\n    err = err_real + 0.5 * err_fake\n"
-            "    print(f\"err {err.data[0]:.3f}\")\n",
-            "def step(out, y):\n    err_real = self.crit(out, y)\n    err_fake = self.crit(fake, y0)\n    err = err_real + 0.5 * err_fake\n"
-            "    print(f\"err {err.item():.3f}\")\n",
+            """
+            def step(out, y):
+                err_real = self.crit(out, y)
+                err_fake = self.crit(fake, y0)
+                err = err_real + 0.5 * err_fake
+                print(f"err {err.data[0]:.3f}")
+            """,
+            """
+            def step(out, y):
+                err_real = self.crit(out, y)
+                err_fake = self.crit(fake, y0)
+                err = err_real + 0.5 * err_fake
+                print(f"err {err.item():.3f}")
+            """,
         ),
-        Invalid("mse = (a - b).pow(2).mean()\npsnr = 10 * log10(1 / mse.data[0])\n",
-                "mse = (a - b).pow(2).mean()\npsnr = 10 * log10(1 / mse.item())\n"),
-        Invalid("def log(self):\n    total += self.train_loss.data[0]\n",
-                "def log(self):\n    total += self.train_loss.item()\n"),
-        Invalid("import torch\ns = torch.sum(x)\nprint(s.data[ 0 ])\n", "import torch\ns = torch.sum(x)\nprint(s.item())\n"),
+        Invalid(
+            """
+            mse = (a - b).pow(2).mean()
+            psnr = 10 * log10(1 / mse.data[0])
+            """,
+            """
+            mse = (a - b).pow(2).mean()
+            psnr = 10 * log10(1 / mse.item())
+            """,
+        ),
+        Invalid(
+            """
+            def log(self):
+                total += self.train_loss.data[0]
+            """,
+            """
+            def log(self):
+                total += self.train_loss.item()
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            s = torch.sum(x)
+            print(s.data[ 0 ])
+            """,
+            """
+            import torch
+            s = torch.sum(x)
+            print(s.item())
+            """,
+        ),
     ]
 
     def check(self, facts):

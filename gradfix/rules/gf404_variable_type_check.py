@@ -66,44 +66,142 @@ class VariableTypeCheck(Rule):
     triggers = ("Variable",)
 
     VALID = [
-        Valid("import torch\nok = isinstance(x, torch.Tensor)\n"),
-        Valid("from tensorflow import Variable\nok = type(x) == Variable\n"),
-        Valid("from torch.autograd import Variable\n\ndef type(x):\n    return x\n\nok = type(x) == Variable\n"),
-        Valid("from torch.autograd import Variable\nclass Variable:\n    pass\nok = isinstance(x, Variable)\n"),
-        Valid("from torch.autograd import Variable\nok = type(x) == type(y)\n"),
-        Valid("import torch\nok = type(x) is torch.Tensor\n"),
+        Valid(
+            """
+            import torch
+            ok = isinstance(x, torch.Tensor)
+            """
+        ),
+        Valid(
+            """
+            from tensorflow import Variable
+            ok = type(x) == Variable
+            """
+        ),
+        Valid(
+            """
+            from torch.autograd import Variable
+
+            def type(x):
+                return x
+
+            ok = type(x) == Variable
+            """
+        ),
+        Valid(
+            """
+            from torch.autograd import Variable
+            class Variable:
+                pass
+            ok = isinstance(x, Variable)
+            """
+        ),
+        Valid(
+            """
+            from torch.autograd import Variable
+            ok = type(x) == type(y)
+            """
+        ),
+        Valid(
+            """
+            import torch
+            ok = type(x) is torch.Tensor
+            """
+        ),
     ]
     INVALID = [
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\n\ndef repackage(h):\n"
-            "    if type(h) == Variable:  # 0.3\n        return h.detach()\n    return tuple(repackage(v) for v in h)\n",
-            "import torch\n\ndef repackage(h):\n"
-            "    if isinstance(h, torch.Tensor):  # 0.3\n        return h.detach()\n    return tuple(repackage(v) for v in h)\n",
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def repackage(h):
+                if type(h) == Variable:  # 0.3
+                    return h.detach()
+                return tuple(repackage(v) for v in h)
+            """,
+            """
+            import torch
+
+            def repackage(h):
+                if isinstance(h, torch.Tensor):  # 0.3
+                    return h.detach()
+                return tuple(repackage(v) for v in h)
+            """,
         ),
         Invalid(
-            "import torch as T\nok = T.autograd.Variable is not type(x)\n",
-            "import torch as T\nok = not isinstance(x, T.Tensor)\n",
+            """
+            import torch as T
+            ok = T.autograd.Variable is not type(x)
+            """,
+            """
+            import torch as T
+            ok = not isinstance(x, T.Tensor)
+            """,
         ),
         Invalid(
-            "import torch\nfrom torch.autograd.variable import Variable\nok = isinstance(x, Variable)\nv = Variable(x)\n",
-            "import torch\nfrom torch.autograd.variable import Variable\nok = isinstance(x, torch.Tensor)\nv = Variable(x)\n",
+            """
+            import torch
+            from torch.autograd.variable import Variable
+            ok = isinstance(x, Variable)
+            v = Variable(x)
+            """,
+            """
+            import torch
+            from torch.autograd.variable import Variable
+            ok = isinstance(x, torch.Tensor)
+            v = Variable(x)
+            """,
         ),
         Invalid(
-            "import numpy as np\nfrom torch.autograd import Variable\n\ndef to_numpy(x):\n"
-            "    if isinstance(x, (Variable, np.ndarray)):\n        return x\n",
-            "import numpy as np\nimport torch\n\ndef to_numpy(x):\n"
-            "    if isinstance(x, (torch.Tensor, np.ndarray)):\n        return x\n",
+            """
+            import numpy as np
+            from torch.autograd import Variable
+
+            def to_numpy(x):
+                if isinstance(x, (Variable, np.ndarray)):
+                    return x
+            """,
+            """
+            import numpy as np
+            import torch
+
+            def to_numpy(x):
+                if isinstance(x, (torch.Tensor, np.ndarray)):
+                    return x
+            """,
         ),
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\nok = isinstance(x, (Variable, torch.Tensor))\n",
-            "import torch\nok = isinstance(x, torch.Tensor)\n",
+            """
+            import torch
+            from torch.autograd import Variable
+            ok = isinstance(x, (Variable, torch.Tensor))
+            """,
+            """
+            import torch
+            ok = isinstance(x, torch.Tensor)
+            """,
         ),
         Invalid(
-            "import torch\nfrom torch.autograd import Variable\nok = a and type(x) != Variable\n",
-            "import torch\nok = a and not isinstance(x, torch.Tensor)\n",
+            """
+            import torch
+            from torch.autograd import Variable
+            ok = a and type(x) != Variable
+            """,
+            """
+            import torch
+            ok = a and not isinstance(x, torch.Tensor)
+            """,
         ),
         # `torch` is a parameter here: reported, not fixed.
-        Invalid("from torch.autograd import Variable\ndef f(x, torch):\n    return isinstance(x, Variable)\n", None),
+        Invalid(
+            """
+            from torch.autograd import Variable
+            def f(x, torch):
+                return isinstance(x, Variable)
+            """,
+            None,
+        ),
     ]
 
     def check(self, facts):
