@@ -1,0 +1,205 @@
+"""Precision of gradfix's default rule set on repositories the project never tuned on.
+
+Runs ``python -m gradfix check --format json`` (default rules) over every repository listed in
+``REPOS.md`` that is checked out under the corpus folder, writes the findings (and the
+``--diff --unsafe-fixes`` output, for reading the fixes) to an output folder outside the
+repository, and compares the findings with the hand verdicts in ``verdicts.tsv``.
+
+    python bench/precision/run.py                       # run gradfix, then compare
+    python bench/precision/run.py --no-run              # compare the findings of the last run
+    python bench/precision/run.py --markdown            # the per-rule table as Markdown
+
+Findings and verdicts are matched exactly on (repo, path, line, col, code); a notebook
+finding's line is ``CELL:LINE``. Unmatched findings (not judged yet) and verdicts whose finding is gone
+are listed, never guessed. Exit status: 0, or 1 when some finding is not judged or some
+verdict is stale (so a rule change that moves findings is noticed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VERDICTS = HERE / "verdicts.tsv"
+REPOS_MD = HERE / "REPOS.md"
+FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "note")
+FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
+# a REPOS.md table row: | owner/name | commit | ...
+ROW = re.compile(r"^\|\s*([\w.-]+/[\w.-]+)\s*\|\s*([0-9a-f]{7,40})\s*\|")
+
+
+def listed_repos() -> list[tuple[str, str]]:
+    """(owner/name, commit) for each row of the table in REPOS.md."""
+    rows = []
+    for line in REPOS_MD.read_text(encoding="utf-8").splitlines():
+        m = ROW.match(line)
+        if m:
+            rows.append((m.group(1), m.group(2)))
+    return rows
+
+
+def checkout_dir(corpus: Path, repo: str) -> Path:
+    return corpus / repo.replace("/", "+")
+
+
+def head_commit(path: Path) -> str:
+    out = subprocess.run(
+        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return out.stdout.strip()
+
+
+def gradfix(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gradfix", "check", "-j", "1", *args],
+        cwd=cwd, capture_output=True, text=True, check=False,
+    )
+
+
+def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """Run gradfix on each checkout; return one row per finding and save the diffs."""
+    rows: list[dict[str, str]] = []
+    (out / "diffs").mkdir(parents=True, exist_ok=True)
+    for repo, commit in repos:
+        path = checkout_dir(corpus, repo)
+        if not path.is_dir():
+            print(f"warning: {repo} is not checked out at {path}; skipped", file=sys.stderr)
+            continue
+        head = head_commit(path)
+        if not head.startswith(commit):
+            print(f"warning: {repo} is at {head[:12]}, REPOS.md says {commit}", file=sys.stderr)
+        proc = gradfix(["--format", "json", path.name], corpus)
+        errors = [e for e in proc.stderr.splitlines() if "syntax error" in e]
+        if errors:
+            print(f"note: {repo}: {len(errors)} files do not parse (left alone)", file=sys.stderr)
+        if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
+            raise SystemExit(f"gradfix exited {proc.returncode} on {repo}:\n{proc.stderr}")
+        findings = json.loads(proc.stdout or "[]")
+        diff = gradfix(["--diff", "--unsafe-fixes", path.name], corpus)
+        (out / "diffs" / f"{path.name}.diff").write_text(diff.stdout, encoding="utf-8")
+        prefix = path.name + "/"
+        for f in findings:
+            line = f"{f['cell']}:{f['line']}" if "cell" in f else str(f["line"])
+            fix = f.get("fix") or {}
+            rows.append({
+                "repo": repo,
+                "path": f["path"][len(prefix):] if f["path"].startswith(prefix) else f["path"],
+                "line": line,
+                "col": str(f["column"]),
+                "code": f["code"],
+                "fix": fix.get("safety") or "none",
+                "message": f["message"],
+            })
+    with open(out / "findings.tsv", "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, ("repo", "path", "line", "col", "code", "fix", "message"),
+                           delimiter="\t", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    return rows
+
+
+def read_tsv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def key(row: dict[str, str]) -> tuple[str, str, str, str, str]:
+    return (row["repo"], row["path"], row["line"], row["col"], row["code"])
+
+
+def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], markdown: bool) -> int:
+    by_key = {}
+    for v in verdicts:
+        if v["verdict"] not in ("true", "false"):
+            raise SystemExit(f"verdicts.tsv: bad verdict {v['verdict']!r} in {v}")
+        if v.get("fix") and v["fix"] not in (*FIX_VERDICTS, "-"):
+            raise SystemExit(f"verdicts.tsv: bad fix verdict {v['fix']!r} in {v}")
+        if key(v) in by_key:
+            raise SystemExit(f"verdicts.tsv: duplicate verdict for {key(v)}")
+        by_key[key(v)] = v
+    stats: dict[str, Counter[str]] = defaultdict(Counter)
+    unjudged = []
+    seen = set()
+    for f in findings:
+        s = stats[f["code"]]
+        s["findings"] += 1
+        if f["fix"] != "none":
+            s["fixable"] += 1
+        v = by_key.get(key(f))
+        if v is None:
+            unjudged.append(f)
+            continue
+        seen.add(key(f))
+        s["judged"] += 1
+        s[v["verdict"]] += 1
+        if v.get("fix") in FIX_VERDICTS:
+            s[v["fix"]] += 1
+    stale = [v for k, v in by_key.items() if k not in seen]
+
+    cols = ("findings", "judged", "true", "false", "fixable", "fix-correct", "fix-awkward",
+            "fix-wrong")
+    total: Counter[str] = Counter()
+    lines = []
+    for code in sorted(stats):
+        s = stats[code]
+        total.update(s)
+        lines.append((code, s))
+    lines.append(("all", total))
+
+    def precision(s: Counter[str]) -> str:
+        return f"{100 * s['true'] / s['judged']:.1f} %" if s["judged"] else "-"
+
+    if markdown:
+        print("| rule | " + " | ".join(cols) + " | precision |")
+        print("|---" * (len(cols) + 2) + "|")
+        for code, s in lines:
+            name = f"**{code}**" if code == "all" else code
+            print(f"| {name} | " + " | ".join(str(s[c]) for c in cols) + f" | {precision(s)} |")
+    else:
+        print(f"{'rule':6} " + " ".join(f"{c:>11}" for c in cols) + f" {'precision':>10}")
+        for code, s in lines:
+            print(f"{code:6} " + " ".join(f"{s[c]:>11}" for c in cols) + f" {precision(s):>10}")
+    if unjudged:
+        print(f"\n{len(unjudged)} findings not judged yet:")
+        for f in unjudged:
+            print(f"  {f['repo']}\t{f['path']}\t{f['line']}\t{f['col']}\t{f['code']}\t"
+                  f"{f['message'][:100]}")
+    if stale:
+        print(f"\n{len(stale)} verdicts whose finding is gone:")
+        for v in stale:
+            print(f"  {v['repo']}\t{v['path']}\t{v['line']}\t{v['col']}\t{v['code']}\t"
+                  f"{v['verdict']}")
+    return 1 if unjudged or stale else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("CORPUS", "/work/corpus")),
+                    help="folder holding one checkout per repository, named owner+name")
+    ap.add_argument("--out", type=Path, default=Path("/work/precision-out"),
+                    help="where findings.tsv and the diffs go (keep it outside the repository)")
+    ap.add_argument("--no-run", action="store_true", help="reuse OUT/findings.tsv")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    args = ap.parse_args()
+    repos = listed_repos()
+    if not repos:
+        raise SystemExit(f"no repositories listed in {REPOS_MD}")
+    if args.no_run:
+        findings = read_tsv(args.out / "findings.tsv")
+    else:
+        findings = run_gradfix(args.corpus.resolve(), args.out, repos)
+    return compare(findings, read_tsv(VERDICTS), args.markdown)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
