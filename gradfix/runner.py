@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from gradfix.engine import Job, process_source
 from gradfix.model import FileResult
-from gradfix.writer import WriteError, write_atomic
+from gradfix.writer import WriteError, read_file, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this, process start-up costs more than it saves
 
@@ -28,13 +28,14 @@ def process_job(job: Job, want_fixes: bool) -> FileResult:
     if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
         return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
     try:
-        with open(job.path, "rb") as handle:
-            source = handle.read()
+        source, read_as = read_file(job.path)
     except OSError as exc:
         return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
     try:
         with _collector_paused():
-            return process_source(source, job, want_fixes)
+            result = process_source(source, job, want_fixes)
+        result.read_as = read_as
+        return result
     except RecursionError:
         result = FileResult(job.display, old_source=source)
         result.error, result.error_kind = "1:1: file is nested too deeply to analyse", "syntax"
@@ -101,7 +102,9 @@ def write_results(results: Sequence[FileResult], jobs: Sequence[Job]) -> list[st
         if not result.changed:
             continue
         try:
-            write_atomic(job.path, result.new_source, result.old_source)
+            note = write_atomic(job.path, result.new_source, result.old_source, result.read_as)
+            if note:
+                result.notes.append(note)
         except WriteError as exc:
             errors.append(str(exc))
             result.error, result.error_kind = str(exc), "io"

@@ -2,6 +2,14 @@
 
 Before the rename the file is read again: if someone changed it since gradfix read it, the
 new version is not written (their change wins, and the user is told).
+
+Nothing is written through a link gradfix did not resolve when it read the file: the reader
+records where the path led (its real path, device and inode) and the writer replaces only that
+same inode at that same real path. A path that is itself a symbolic link (even one named on the
+command line) is never written through; a file swapped for a link, or a folder swapped for a
+link to elsewhere, mid-run is "changed on disk", not written. A file with several hard links
+is replaced like any other (the rename gives this name a new inode, so the other names keep the
+old content), and the user is told so.
 """
 
 from __future__ import annotations
@@ -16,6 +24,9 @@ import threading
 from pathlib import Path
 
 
+TEMP_SUFFIX = ".gradfix.tmp"  # a temp file is ``.<name>.<random>.gradfix.tmp`` beside its file
+
+
 class WriteError(Exception):
     pass
 
@@ -26,14 +37,28 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
-def write_atomic(path: str | Path, new: bytes, expected_old: bytes) -> None:
+ReadAs = tuple  # (real path, st_dev, st_ino) of the file as read
+
+
+def read_file(path: str | Path) -> tuple[bytes, ReadAs]:
+    """The bytes of ``path`` and where they came from (what ``write_atomic`` will replace)."""
+    with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        data = handle.read()
+    return data, (os.path.realpath(path), info.st_dev, info.st_ino)
+
+
+def write_atomic(path: str | Path, new: bytes, expected_old: bytes, read_as: ReadAs | None = None) -> str | None:
     """Replace ``path``'s content with ``new`` if it still holds ``expected_old``.
+
+    ``read_as`` (from :func:`read_file`) pins the file that was read: if the path now leads
+    elsewhere, or to another inode, nothing is written. Returns a note for the user, or None.
 
     Ctrl-C (SIGINT) and SIGTERM are held back while one file is written and delivered right
     after: an interrupt can never leave a temp file behind or a file half-replaced.
     """
     with _signals_deferred():
-        _write_atomic(path, new, expected_old)
+        return _write_atomic(path, new, expected_old, read_as)
 
 
 @contextlib.contextmanager
@@ -48,14 +73,41 @@ def _signals_deferred():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-def _write_atomic(path: str | Path, new: bytes, expected_old: bytes) -> None:
-    target = Path(os.path.realpath(path))
+def _changed(path: str | Path) -> WriteError:
+    return WriteError(f"cannot write {path}: it changed on disk while gradfix ran; not overwritten")
+
+
+def _current(target: Path, path: str | Path, pinned: tuple[int, int] | None) -> tuple[os.stat_result, bytes]:
+    """The target's stat and bytes; raises unless it is the regular file gradfix read (never a link)."""
+    if os.path.islink(path):
+        raise WriteError(f"cannot write {path}: it is a symbolic link; not written through it (run gradfix on {target})")
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     try:
-        info = target.stat()
-        if target.read_bytes() != expected_old:
-            raise WriteError(f"cannot write {path}: it changed on disk while gradfix ran; not overwritten")
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".gradfix.tmp", dir=target.parent)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or (pinned is not None and (info.st_dev, info.st_ino) != pinned):
+            raise _changed(path)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read()
+    finally:
+        os.close(fd)
+    return info, data
+
+
+def _write_atomic(path: str | Path, new: bytes, expected_old: bytes, read_as: ReadAs | None) -> str | None:
+    target = Path(os.path.realpath(path))
+    pinned = None
+    if read_as is not None:
+        if str(target) != read_as[0]:  # the path (or a folder on it) now leads elsewhere
+            raise _changed(path)
+        pinned = (read_as[1], read_as[2])
+    try:
+        info, data = _current(target, path, pinned)
+        if data != expected_old:
+            raise _changed(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=TEMP_SUFFIX, dir=target.parent)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW: the file became a link
+            raise _changed(path) from None
         raise WriteError(f"cannot write {path}: {_reason(exc)}") from None
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -70,15 +122,23 @@ def _write_atomic(path: str | Path, new: bytes, expected_old: bytes) -> None:
         # An immutable or read-only file must not be silently replaced by the rename.
         if not os.access(target, os.W_OK) or _immutable(target):
             raise PermissionError(errno.EACCES, "permission denied")
-        if target.read_bytes() != expected_old:
-            raise WriteError(f"cannot write {path}: it changed on disk while gradfix ran; not overwritten")
+        if str(target) != os.path.realpath(path) or _current(target, path, (info.st_dev, info.st_ino))[1] != expected_old:
+            raise _changed(path)
         os.replace(tmp, target)
     except OSError as exc:
         _remove(tmp)
+        if exc.errno == errno.ELOOP:
+            raise _changed(path) from None
         raise WriteError(f"cannot write {path}: {_reason(exc)}") from None
     except BaseException:
         _remove(tmp)
         raise
+    if info.st_nlink > 1:
+        return (
+            f"had {info.st_nlink} hard links: the fixed file replaced this name only, "
+            f"the other {info.st_nlink - 1} keep the old content"
+        )
+    return None
 
 
 def _immutable(path: Path) -> bool:
