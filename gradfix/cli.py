@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 from enum import Enum
-from functools import lru_cache
 from pathlib import Path
 from typing import List, Optional
 
@@ -26,7 +25,7 @@ from gradfix.config import (
     validate_codes,
 )
 from gradfix.engine import Job
-from gradfix.files import PathError, discover
+from gradfix.files import PathError, discover, path_spec
 from gradfix.report import (
     as_on_disk,
     file_diff,
@@ -79,14 +78,7 @@ def _excluded_by_config(path: Path, config) -> bool:
         rel = path.resolve().relative_to(config.root).as_posix()
     except ValueError:
         return False
-    return _exclude_spec(config.exclude).match_file(rel)
-
-
-@lru_cache(maxsize=None)
-def _exclude_spec(patterns: tuple[str, ...]):
-    import pathspec
-
-    return pathspec.GitIgnoreSpec.from_lines(list(patterns))
+    return path_spec(config.exclude).match_file(rel)
 
 
 def _display(path: Path) -> str:
@@ -163,6 +155,12 @@ def check_command(
         )
         jobs_list = []
         path_errors = 0  # a bad path is reported; the other paths are still checked
+        walk_errors: list[str] = []  # so is a folder that cannot be read (exit 2 at the end)
+
+        def folder_error(message: str) -> None:
+            _err(message)
+            walk_errors.append(message)
+
         excludes = list(exclude)
         extensions = (".py", ".ipynb") if notebooks else (".py",)
         for path in paths:
@@ -172,7 +170,7 @@ def check_command(
                 if config.root is not None and config.root == path.resolve():
                     excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
             try:
-                for found in discover([path], exclude=excludes_here, extensions=extensions):
+                for found in discover([path], exclude=excludes_here, extensions=extensions, on_error=folder_error):
                     config = config_for_file(found.path)
                     if not found.explicit and _excluded_by_config(found.path, config):
                         continue
@@ -185,7 +183,7 @@ def check_command(
         _err(str(exc))
         raise typer.Exit(2)
     if not jobs_list:
-        if path_errors:
+        if path_errors or walk_errors:
             raise typer.Exit(2)
         _err("no Python files found")
     if verify_cmd is not None:
@@ -195,7 +193,7 @@ def check_command(
     try:
         results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
         exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file, path_errors)
-        if path_errors:
+        if path_errors or walk_errors:
             exit_code = 2
     except KeyboardInterrupt:
         # Writes are atomic and one at a time: every file is either old or new.

@@ -29,8 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import pathspec
-
+from gradfix.files import path_spec
 from gradfix.model import Settings
 from gradfix.rules import all_rules
 
@@ -190,7 +189,7 @@ def settings_for(path: Path, config: Config, cli: CliOverrides) -> Settings:
             rel = None
         if rel is not None:
             for glob, codes in config.per_file_ignores:
-                if pathspec.GitIgnoreSpec.from_lines([glob]).match_file(rel):
+                if path_spec([glob]).match_file(rel):
                     ignore.extend(codes)
     options = {code: dict(values) for code, values in config.rule_options.items()}
     for code, values in cli.rule_options.items():
