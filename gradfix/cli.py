@@ -410,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
         args = ["check", *args]
     debug = "--debug" in args
+    previous = os.environ.get("GRADFIX_DEBUG")
     if debug:
         os.environ["GRADFIX_DEBUG"] = "1"  # workers add tracebacks to per-file internal errors
     try:
@@ -422,3 +423,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for details)")
         sys.exit(2)
+    finally:  # a library caller's environment is left as it was (tests call main() in-process)
+        if debug:
+            if previous is None:
+                os.environ.pop("GRADFIX_DEBUG", None)
+            else:
+                os.environ["GRADFIX_DEBUG"] = previous
