@@ -2,13 +2,22 @@
 
 Workers only read and compute; the parent process does every write, one file at a time, so an
 interrupt (Ctrl-C) leaves each file either old or new, never half-written.
+
+Workers die with the parent, even after ``kill -9`` of it: on Linux each asks the kernel for
+SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), and everywhere a watchdog thread in each
+worker exits it once its parent process is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import os
+import signal
+import sys
+import threading
+import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
@@ -72,6 +81,44 @@ def _process_star(args: tuple[Job, bool]) -> FileResult:
     return result
 
 
+PR_SET_PDEATHSIG = 1
+WATCHDOG_INTERVAL = 0.5  # seconds between a worker's checks that its parent is alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, it just is not ours to signal
+    return True
+
+
+def _die_with_parent(main: int) -> None:
+    """Pool initializer: this worker exits as soon as its parent is gone.
+
+    The parent is the main gradfix process (fork) or the start method's server process, which
+    itself ends with the main process; ``main`` covers a parent that died before we got here.
+    """
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still covers it
+    if os.getppid() != parent or not _alive(main):
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_INTERVAL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gradfix-parent-watchdog", daemon=True).start()
+
+
 def run_jobs(
     jobs: Sequence[Job],
     want_fixes: bool,
@@ -84,7 +131,7 @@ def run_jobs(
         results = (process_job(job, want_fixes) for job in jobs)
         return [_tick(r, progress) for r in results]
     chunk = max(1, len(jobs) // (workers * 8))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         results = pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk)
         return [_tick(r, progress) for r in results]
 
