@@ -6,11 +6,13 @@ Skipped while walking: ``.git`` and other VCS folders, virtual environments (any
 the tree is never followed, so a write can never land outside the tree). A file named on the
 command line is always checked; a folder named on the command line is walked even when it is a
 symlink (the user named it; the writer pins each file's real path at read time). A folder that
-cannot be read is reported through ``on_error`` and the walk goes on.
+cannot be read is reported through ``on_error`` and the walk goes on. A temp file that a killed
+gradfix run left (``.<name>.<random>.gradfix.tmp``, unlocked) is removed on the way.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import pathspec
+
+from gradfix.writer import TEMP_NAME, remove_stale_temp
 
 SKIP_DIRS = frozenset(
     {
@@ -123,6 +127,8 @@ def discover(
                     seen.add(key)
                     yield Discovered(found, explicit=False)
         else:
+            for stale in path.parent.glob(f".{glob.escape(path.name)}.*.gradfix.tmp"):
+                remove_stale_temp(stale)
             key = path.resolve()
             if key not in seen:
                 seen.add(key)
@@ -176,6 +182,9 @@ def _walk(
             entries = []
         for entry in entries:
             path = Path(entry.path)
+            if TEMP_NAME.match(entry.name):  # what a killed gradfix run left: removed if it is that
+                remove_stale_temp(entry.path)
+                continue
             try:
                 kind = "skip" if entry.is_symlink() else "dir" if entry.is_dir(follow_symlinks=False) else "file"
                 if kind == "dir" and (entry.name in SKIP_DIRS or _is_venv(path) or ignored(path, True)):

@@ -149,6 +149,9 @@ def test_disk_full_at_the_write_loses_nothing(tree, monkeypatch, where):
             def __exit__(self, *exc):
                 self.handle.close()
 
+            def fileno(self):
+                return self.handle.fileno()
+
             def write(self, data):
                 self.handle.write(data[: len(data) // 2])  # half of it landed, then the disk filled
                 raise full
