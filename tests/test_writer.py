@@ -163,7 +163,8 @@ def test_disk_full_at_the_write_loses_nothing(tree, monkeypatch, where):
     assert not _leftovers(tree)
     lines = result.stderr.splitlines()
     assert "gradfix: cannot write a.py: No space left on device" in lines, result.stderr
-    assert "Fixed 0 findings in 0 files" in result.stdout
+    # Issue 13: the summary still said "N fixable with --apply" right after --apply failed.
+    assert result.stdout.splitlines()[-1] == "Fixed 0 findings in 0 files; 2 remaining. 2 files could not be written (see above)."
 
 
 def test_write_atomic_refuses_stale_content_and_keeps_the_mode(tmp_path):
