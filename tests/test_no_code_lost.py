@@ -42,3 +42,19 @@ def test_gf202_never_removes_a_toggle_that_shares_its_line(body, style):
     (finding,) = check(source, settings=settings)
     assert finding.code == "GF202" and "not fixed automatically" in finding.message
     assert fix(source, settings=settings) == source
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import torch\nfrom torch.autograd import Variable  # legacy API\nx = Variable(torch.ones(1))\n",
+         "import torch\n# legacy API\nx = torch.ones(1).detach()\n"),
+        ("from torch.autograd import Variable  # legacy API\nimport torch\nx = Variable(torch.ones(1))\n",
+         "# legacy API\nimport torch\nx = torch.ones(1).detach()\n"),
+        ("import torch\n\n\ndef f():\n    from torch.autograd import Variable  # old\n    return Variable(torch.ones(1))\n",
+         "import torch\n\n\ndef f():\n    # old\n    return torch.ones(1).detach()\n"),
+    ],
+)
+def test_a_removed_imports_trailing_comment_is_kept(source, expected):
+    # Issue 13: removing `from torch.autograd import Variable  # legacy API` dropped the comment.
+    assert fix(source, settings=Settings(select=("GF402",), unsafe_fixes=True)) == expected
