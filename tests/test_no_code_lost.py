@@ -58,3 +58,18 @@ def test_gf202_never_removes_a_toggle_that_shares_its_line(body, style):
 def test_a_removed_imports_trailing_comment_is_kept(source, expected):
     # Issue 13: removing `from torch.autograd import Variable  # legacy API` dropped the comment.
     assert fix(source, settings=Settings(select=("GF402",), unsafe_fixes=True)) == expected
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\n\x0cdef f(x):\n    with torch.no_grad:\n        return x\n",
+        "import torch\n\x0c\x0cdef f(x):\n    with torch.no_grad:\n        return x\n\x0c\nx = 1\n",
+        "import torch\ndef f(x):\n    y = 1\n\x0c    with torch.no_grad:\n        return x\n",
+        "import torch\ndef f(x):\n\x0c    with torch.no_grad:\n        return x\n",
+    ],
+)
+def test_a_form_feed_at_a_line_start_does_not_make_a_file_unfixable(source):
+    # Issue 13: LibCST drops such a form feed, so the file was "not reproduced byte for byte".
+    fixed = fix(source, settings=Settings(select=("GF101",)))
+    assert fixed == source.replace("no_grad:", "no_grad():")
