@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,64 @@ def test_write_atomic_refuses_stale_content_and_keeps_the_mode(tmp_path):
     with pytest.raises(WriteError, match="changed on disk"):  # a new inode now: the old pin is stale
         write_atomic(path, b"newer\n", b"new\n", read_as)
     assert not _leftovers(tmp_path)
+
+
+def _aged(path: Path, text: str = "x") -> Path:
+    path.write_text(text)
+    past = time.time() - 60
+    os.utime(path, (past, past))
+    return path
+
+
+def test_remove_stale_temp_takes_only_unlocked_old_temp_files_of_gradfix(tmp_path):
+    import fcntl
+
+    dead = _aged(tmp_path / ".m.py.abcd_123.gradfix.tmp")
+    assert writer.remove_stale_temp(dead) is True and not dead.exists()
+    fresh = tmp_path / ".m.py.abcd_124.gradfix.tmp"
+    fresh.write_text("x")  # a run may have just created it and not locked it yet
+    assert writer.remove_stale_temp(fresh) is False and fresh.exists()
+    live = _aged(tmp_path / ".m.py.abcd_125.gradfix.tmp")
+    with open(live, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert writer.remove_stale_temp(live) is False and live.exists()
+    for name in (".m.py.ABCD_123.gradfix.tmp", "m.py.abcd_123.gradfix.tmp", ".m.py.abcd_12.gradfix.tmp",
+                 ".m.py.abcd_123.gradfix.tmp~", ".m.py.abcd_123.gradfix.tmpx"):
+        other = _aged(tmp_path / name)
+        assert writer.remove_stale_temp(other) is False and other.exists(), name
+    os.symlink(tmp_path / "m.py", tmp_path / ".m.py.link_123.gradfix.tmp")
+    (tmp_path / "m.py").write_text("mine")
+    assert writer.remove_stale_temp(tmp_path / ".m.py.link_123.gradfix.tmp") is False
+    (tmp_path / ".m.py.dir__123.gradfix.tmp").mkdir()
+    assert writer.remove_stale_temp(tmp_path / ".m.py.dir__123.gradfix.tmp") is False
+    assert (tmp_path / "m.py").read_text() == "mine"
+
+
+@pytest.mark.parametrize("layout", ["repository", "worktree", "worktree-no-space", "none"])
+def test_temp_files_are_hidden_from_git_in_the_right_exclude_file(tmp_path, monkeypatch, layout):
+    monkeypatch.setattr(writer, "_hidden", set())
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    common = tmp_path / "main.git"
+    if layout == "repository":
+        (tree / ".git" / "info").mkdir(parents=True)
+        (tree / ".git" / "info" / "exclude").write_text("# theirs\n*.log")
+        exclude = tree / ".git" / "info" / "exclude"
+    elif layout.startswith("worktree"):  # what `git worktree add` makes: .git is a file
+        gitdir = common / "worktrees" / "tree"
+        gitdir.mkdir(parents=True)
+        (gitdir / "commondir").write_text("../..\n")
+        (tree / ".git").write_text(f"gitdir:{'' if layout.endswith('no-space') else ' '}{gitdir}\n")
+        exclude = common / "info" / "exclude"
+    writer.hide_temps_from_git(tree / "sub")
+    writer.hide_temps_from_git(tree / "sub")  # once only
+    if layout == "none":
+        assert not list(tmp_path.rglob("exclude"))
+        return
+    lines = exclude.read_text().splitlines()
+    assert lines.count(".*.gradfix.tmp") == 1
+    if layout == "repository":
+        assert lines[:2] == ["# theirs", "*.log"]  # appended, never rewritten
+    monkeypatch.setattr(writer, "_hidden", set())
+    writer.hide_temps_from_git(tree)
+    assert exclude.read_text().splitlines().count(".*.gradfix.tmp") == 1  # already there: not added again
