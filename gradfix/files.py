@@ -12,7 +12,6 @@ gradfix run left (``.<name>.<random>.gradfix.tmp``, unlocked) is removed on the 
 
 from __future__ import annotations
 
-import glob
 import os
 import re
 from dataclasses import dataclass
@@ -114,6 +113,7 @@ def discover(
     """
     exclude_spec = path_spec(exclude)
     seen: set[Path] = set()
+    temps: dict[Path, list[str]] = {}  # folder -> gradfix temp names in it (one listing per folder)
     for raw in paths:
         path = Path(raw)
         if not os.path.lexists(path):
@@ -127,12 +127,23 @@ def discover(
                     seen.add(key)
                     yield Discovered(found, explicit=False)
         else:
-            for stale in path.parent.glob(f".{glob.escape(path.name)}.*.gradfix.tmp"):
-                remove_stale_temp(stale)
+            for name in _temp_names(path.parent, temps):
+                if TEMP_NAME.match(name).group("name") == path.name:
+                    remove_stale_temp(path.parent / name)
             key = path.resolve()
             if key not in seen:
                 seen.add(key)
                 yield Discovered(path, explicit=True)
+
+
+def _temp_names(folder: Path, cache: dict[Path, list[str]]) -> list[str]:
+    if folder not in cache:
+        try:
+            with os.scandir(folder) as entries:
+                cache[folder] = [e.name for e in entries if TEMP_NAME.match(e.name)]
+        except OSError:
+            cache[folder] = []
+    return cache[folder]
 
 
 def _is_venv(path: Path) -> bool:
