@@ -73,3 +73,16 @@ def test_a_config_can_only_select_rules_and_set_options():
                        ("verify-cmd", "curl evil"), ("output-file", "/etc/passwd"), ("extends", "../other.toml")):
         with pytest.raises(ConfigError, match="unknown key"):
             parse_config({key: value}, None)
+
+
+def test_verify_cmd_runs_exactly_the_users_command_through_the_shell(tmp_path, monkeypatch):
+    # --verify-cmd CMD is handed to /bin/sh -c as written, in the current folder, with the
+    # user's environment: shell syntax (quotes, &&, redirections, $VARS) means what it means
+    # in a terminal, and gradfix adds, quotes or drops nothing.
+    from gradfix.migrate import run_command
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRADFIX_TEST_VALUE", "from the environment")
+    run = run_command('printf "%s|" one "two three" "$GRADFIX_TEST_VALUE" > args.txt && echo ok')
+    assert run.ok and (tmp_path / "args.txt").read_text() == "one|two three|from the environment|"
+    assert not run_command("exit 3").ok
