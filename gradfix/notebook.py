@@ -323,6 +323,27 @@ def _encode_source(cell: Cell, new: str, raw: str) -> str:
     return "[" + opening + ("," + opening).join(items) + closing + "]"
 
 
+_LINE_REF = re.compile(r"\b(lines?) (\d+)(?:-(\d+))?\b")
+
+
+def _cell_lines(message: str, module: VirtualModule, cell: int) -> str:
+    """A message's "line N" (a line of the virtual module) as the line of the cell it is in."""
+
+    def where(number: int) -> tuple[int, int] | None:
+        return module.locate(number)
+
+    def swap(match: re.Match) -> str:
+        word, first, last = match.group(1), int(match.group(2)), match.group(3)
+        start = where(first)
+        end = where(int(last)) if last else start
+        if start is None or end is None or end[0] != start[0]:
+            return match.group(0)
+        place = f"{word} {start[1]}" + (f"-{end[1]}" if last else "")
+        return place if start[0] == cell else f"cell {start[0] + 1} {place}"
+
+    return _LINE_REF.sub(swap, message)
+
+
 def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool) -> FileResult:
     """Check (and fix) one notebook.
 
@@ -354,7 +375,8 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
         cell, line = start
         end_line = end[1] if end and end[0] == cell else line
         span = Span(line, finding.span.col, end_line, finding.span.end_col)
-        mapped.append(replace(finding, span=span, cell=cell + 1, anchors=()))
+        message = _cell_lines(finding.message, module, cell)
+        mapped.append(replace(finding, span=span, cell=cell + 1, anchors=(), message=message))
     result.findings = [FixOutcome(f) for f in mapped]
     if not want_fixes or not findings:
         return result

@@ -309,3 +309,13 @@ def test_cell_ids_and_names_never_choose_where_gradfix_writes(tmp_path, capsys, 
     assert code == 0
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["nb.ipynb", "tree"]
     assert _sources(path) == ["import torch\nwith torch.no_grad():\n    y = 1\n"]
+
+
+def test_line_numbers_in_messages_are_cell_lines(tmp_path, capsys, monkeypatch):
+    # A message naming "line 6" meant line 6 of the joined cells, not of the cell it is in.
+    cells = [_code_cell("import torch\n"),
+             _code_cell("def f(x):\n    torch.set_grad_enabled(False)\n    y = x * 2\n    torch.set_grad_enabled(True)\n    return y\n")]
+    write_notebook(tmp_path / "t.ipynb", cells)
+    code, out, err = run_cli(["--select", "GF201", "t.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "t.ipynb:cell 2:2:5: GF201" in out, out + err
+    assert "(line 4)" in out, out
