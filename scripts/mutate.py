@@ -32,9 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_TARGETS = {
-    "gradfix/writer.py": ["tests/test_writer.py", "tests/test_hostile.py", "tests/test_kill.py"],  # test_kill: slow, skipped
-    "gradfix/fixer.py": ["tests/test_fixer.py", "tests/test_no_code_lost.py", "tests/test_golden.py"],
-    "gradfix/engine.py": ["tests/test_fixer.py", "tests/test_cli.py", "tests/rules/test_rule_examples.py"],
+    "gradfix/writer.py": ["tests/test_writer.py", "tests/test_pipeline.py", "tests/test_hostile.py"],
+    "gradfix/fixer.py": ["tests/test_pipeline.py", "tests/test_fixer.py", "tests/test_no_code_lost.py", "tests/test_golden.py"],
+    "gradfix/engine.py": [
+        "tests/test_pipeline.py", "tests/test_no_code_lost.py", "tests/test_fixer.py", "tests/test_notebooks.py",
+        "tests/test_cli.py", "tests/rules/test_rule_examples.py",
+    ],
 }
 
 FLIP = {
@@ -114,13 +117,15 @@ def _mutate(tree: ast.Module, index: int, kind: str) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
-def run_tests(scratch: Path, tests: list[str], timeout: float) -> str:
+def run_tests(scratch: Path, tests: list[str], timeout: float, show: bool = False) -> str:
     env = {**os.environ, "PYTHONPATH": str(scratch), "PYTHONDONTWRITEBYTECODE": "1", "NO_COLOR": "1"}
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-m", "not slow", *tests]
     try:
         proc = subprocess.run(command, cwd=scratch, env=env, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout"
+    if show and proc.returncode != 0:
+        print(proc.stdout.decode(errors="replace")[-3000:], file=sys.stderr)
     return "pass" if proc.returncode == 0 else "fail"
 
 
@@ -137,12 +142,10 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="gradfix-mutants-"))
     rows, survivors = [], []
     try:
-        for name in ("gradfix", "tests", "pyproject.toml"):
-            source = ROOT / name
-            (shutil.copytree if source.is_dir() else shutil.copy2)(source, scratch / name)
+        shutil.copytree(ROOT, scratch, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
         for module, tests in targets.items():
             original = (ROOT / module).read_text(encoding="utf-8")
-            if run_tests(scratch, tests, args.timeout) != "pass":
+            if run_tests(scratch, tests, args.timeout, show=True) != "pass":
                 print(f"{module}: its tests fail without any mutation; skipped", file=sys.stderr)
                 continue
             tree = ast.parse(original)
