@@ -11,9 +11,8 @@ import os
 import sys
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
 from pathlib import Path
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import typer
 
@@ -28,7 +27,7 @@ from gradfix.config import (
     validate_codes,
 )
 from gradfix.engine import Job
-from gradfix.files import PathError, discover
+from gradfix.files import PathError, discover, path_spec
 from gradfix.model import FileResult, Settings
 from gradfix.report import (
     as_on_disk,
@@ -83,14 +82,7 @@ def _excluded_by_config(path: Path, config) -> bool:
         rel = path.resolve().relative_to(config.root).as_posix()
     except ValueError:
         return False
-    return _exclude_spec(config.exclude).match_file(rel)
-
-
-@lru_cache(maxsize=None)
-def _exclude_spec(patterns: tuple[str, ...]):
-    import pathspec
-
-    return pathspec.GitIgnoreSpec.from_lines(list(patterns))
+    return path_spec(config.exclude).match_file(rel)
 
 
 def _display(path: Path) -> str:
@@ -245,15 +237,21 @@ def check_command(
             unsafe_fixes=unsafe_fixes,
             rule_options=rule_options,
         )
+        walk_errors: list[str] = []  # a folder that cannot be read is reported, the walk goes on
+
+        def folder_error(message: str) -> None:
+            _err(message)
+            walk_errors.append(message)
+
         if stdin:
             jobs_list, path_errors = [_stdin_job(stdin_filename, cli)], 0
         else:
-            jobs_list, path_errors = _jobs_for(paths, cli, exclude, notebooks)
+            jobs_list, path_errors = _jobs_for(paths, cli, exclude, notebooks, folder_error)
     except ConfigError as exc:
         _err(str(exc))
         raise typer.Exit(2)
     if not jobs_list:
-        if path_errors:
+        if path_errors or walk_errors:
             raise typer.Exit(2)
         _err("no Python files found")
     elif not quiet:
@@ -269,7 +267,7 @@ def check_command(
         else:
             results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
         exit_code = _emit(results, jobs_list, out, path_errors)
-        if path_errors:
+        if path_errors or walk_errors:
             exit_code = 2
     except KeyboardInterrupt:
         # Writes are atomic and one at a time: every file is either old or new.
@@ -280,9 +278,12 @@ def check_command(
     raise typer.Exit(exit_code)
 
 
-def _jobs_for(paths: list[Path], cli: CliOverrides, exclude: list[str], notebooks: bool) -> tuple[list[Job], int]:
+def _jobs_for(
+    paths: list[Path], cli: CliOverrides, exclude: list[str], notebooks: bool, on_error: Callable[[str], None]
+) -> tuple[list[Job], int]:
     """One job per file found under ``paths``, with that file's settings; and how many paths
-    were bad (each reported: the other paths are still checked)."""
+    were bad (each reported: the other paths are still checked). A folder that cannot be read
+    goes to ``on_error`` and the walk goes on."""
     jobs_list = []
     path_errors = 0
     excludes = list(exclude)
@@ -294,7 +295,7 @@ def _jobs_for(paths: list[Path], cli: CliOverrides, exclude: list[str], notebook
             if config.root is not None and config.root == path.resolve():
                 excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
         try:
-            for found in discover([path], exclude=excludes_here, extensions=extensions):
+            for found in discover([path], exclude=excludes_here, extensions=extensions, on_error=on_error):
                 config = config_for_file(found.path)
                 if not found.explicit and _excluded_by_config(found.path, config):
                     continue
@@ -641,6 +642,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
         args = ["check", *args]
     debug = "--debug" in args
+    previous = os.environ.get("GRADFIX_DEBUG")
     if debug:
         os.environ["GRADFIX_DEBUG"] = "1"  # workers add tracebacks to per-file internal errors
     try:
@@ -653,3 +655,9 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _err(f"internal error: {type(exc).__name__}: {exc} (run with --debug for details)")
         sys.exit(2)
+    finally:  # a library caller's environment is left as it was (tests call main() in-process)
+        if debug:
+            if previous is None:
+                os.environ.pop("GRADFIX_DEBUG", None)
+            else:
+                os.environ["GRADFIX_DEBUG"] = previous

@@ -1,4 +1,10 @@
-"""``[tool.gradfix]`` in the nearest pyproject.toml, merged with command-line options.
+"""``[tool.gradfix]`` in the project's pyproject.toml, merged with command-line options.
+
+The project's pyproject.toml is the nearest one walking up from a file's folder, and the walk
+stops at the project root (the first folder with a pyproject.toml or a ``.git``), as Ruff's
+does: a pyproject.toml without ``[tool.gradfix]`` means defaults, never a file further up. A
+config can only select rules and set their options: every key is validated, nothing in it is
+imported or run, and a file that is not valid TOML (or nested too deeply to read) is one error.
 
 ```toml
 [tool.gradfix]
@@ -16,14 +22,14 @@ style = "block"
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import pathspec
-
+from gradfix.files import path_spec
 from gradfix.model import Settings
 from gradfix.rules import all_rules
 
@@ -128,10 +134,15 @@ def load_pyproject(path: Path) -> Config | None:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: invalid TOML: not UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    table = data.get("tool", {}).get("gradfix")
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deeply to read") from None
+    tool = data.get("tool", {})
+    table = tool.get("gradfix") if isinstance(tool, dict) else None
     if table is None:
         return None
     if not isinstance(table, dict):
@@ -141,13 +152,17 @@ def load_pyproject(path: Path) -> Config | None:
 
 @lru_cache(maxsize=None)
 def config_for_dir(directory: Path) -> Config:
-    """The nearest pyproject.toml with a ``[tool.gradfix]`` table, walking up."""
+    """The ``[tool.gradfix]`` table of the project ``directory`` is in (defaults if none).
+
+    Walking up, the first pyproject.toml decides, with or without the table; a ``.git`` (folder
+    or file) marks the root of a repository without one. Nothing above the root is read.
+    """
     for folder in [directory, *directory.parents]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
-            config = load_pyproject(candidate)
-            if config is not None:
-                return config
+            return load_pyproject(candidate) or Config()
+        if os.path.lexists(folder / ".git"):
+            break
     return Config()
 
 
@@ -174,7 +189,7 @@ def settings_for(path: Path, config: Config, cli: CliOverrides) -> Settings:
             rel = None
         if rel is not None:
             for glob, codes in config.per_file_ignores:
-                if pathspec.GitIgnoreSpec.from_lines([glob]).match_file(rel):
+                if path_spec([glob]).match_file(rel):
                     ignore.extend(codes)
     options = {code: dict(values) for code, values in config.rule_options.items()}
     for code, values in cli.rule_options.items():

@@ -13,6 +13,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from gradfix import formfeed
 from gradfix.facts import build_facts
 from gradfix.fixer import FixContext, FixRun, apply_fixes
 from gradfix.hints import syntax_hint, unknown_suppression_codes
@@ -174,6 +175,29 @@ class StableFix:
 
 
 def fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>") -> StableFix:
+    aside = formfeed.set_aside(source)
+    if aside is not None:  # LibCST drops a form feed that starts a line of code: fix without them
+        inner_findings = check(aside.stripped, path, settings)
+        if len(inner_findings) == len(findings):
+            inner = _fix_until_stable(aside.stripped, inner_findings, settings, path)
+            if inner.source == aside.stripped:
+                return StableFix(source, [], set(), findings, inner.notes)
+            restored = aside.restore(inner.source)
+            if _compiles(restored, path) and formfeed.set_aside(restored).stripped == inner.source:
+                return StableFix(restored, inner.fixed, inner.first_pass, check(restored, path, settings), inner.notes)
+        return StableFix(source, [], set(), findings, ["cannot fix: the form feeds of this file could not be kept; left unchanged"])
+    return _fix_until_stable(source, findings, settings, path)
+
+
+def _compiles(source: bytes, path: str) -> bool:
+    try:
+        parse(source, path)
+    except SourceError:
+        return False
+    return True
+
+
+def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str) -> StableFix:
     current, fixed, first_pass, notes = source, [], set(), []
     for number in range(FIX_PASSES):
         run = fix_findings(current, findings, settings, path)

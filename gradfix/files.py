@@ -2,19 +2,26 @@
 
 Skipped while walking: ``.git`` and other VCS folders, virtual environments (any folder with a
 ``pyvenv.cfg``, and the usual names), ``build/``, ``__pycache__``, tool caches, what the
-``.gitignore`` files of the tree ignore, the configured excludes, and symlinks (a link is never
-followed, so a write can never land outside the tree). A file named on the command line is
-always checked.
+``.gitignore`` files of the tree ignore, the configured excludes, and symlinks (a link inside
+the tree is never followed, so a write can never land outside the tree). A file named on the
+command line is always checked; a folder named on the command line is walked even when it is a
+symlink (the user named it; the writer pins each file's real path at read time). A folder that
+cannot be read is reported through ``on_error`` and the walk goes on. A temp file that a killed
+gradfix run left (``.<name>.<random>.gradfix.tmp``, unlocked) is removed on the way.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pathspec
+
+from gradfix.writer import TEMP_NAME, remove_stale_temp
 
 SKIP_DIRS = frozenset(
     {
@@ -35,43 +42,117 @@ class PathError(Exception):
     pass
 
 
+_STAR = "[^/]*"  # what pathspec makes of a `*` inside a path segment
+# A piece of regex that always matches exactly one character: a literal, an escape, `?`, a class.
+_ONE_CHAR = re.compile(r"(?:\\.|\[\^/\]|\[(?:\\.|[^\]\\])+\]|[^\\()\[\]*+?{}|.^$])+\Z")
+
+
+def _without_backtracking(regex: str) -> str:
+    """The same language as ``regex``, matched in polynomial time.
+
+    ``*a*a*a*b`` compiles to ``[^/]*a[^/]*a[^/]*a[^/]*b``, which Python's backtracking matcher
+    takes exponential time to reject on ``aaaa…``. A fixed-length piece between two stars can
+    always be matched at its earliest occurrence (whatever a later one leaves, the earliest
+    leaves more), so each such piece becomes an atomic "lazy search" (the lookahead-and-
+    backreference idiom, which never backtracks into the group). Only the last star keeps
+    ordinary backtracking, which is linear.
+    """
+    pieces = regex.split(_STAR)
+    if len(pieces) < 4:  # one or two stars: at most quadratic
+        return regex
+    out = [pieces[0]]
+    for number, piece in enumerate(pieces[1:-1]):  # each piece here has a star on both sides
+        if _ONE_CHAR.match(piece):
+            out.append(f"(?=(?P<gfstar{number}>[^/]*?{piece}))(?P=gfstar{number})")
+        else:
+            out.append(_STAR + piece)
+    out.append(_STAR + pieces[-1])
+    return "".join(out)
+
+
+@lru_cache(maxsize=1024)
+def _path_spec(lines: tuple[str, ...]) -> pathspec.PathSpec:
+    spec = pathspec.GitIgnoreSpec.from_lines(list(lines))
+    for pattern in spec.patterns:
+        if pattern.regex is not None:
+            bounded = _without_backtracking(pattern.regex.pattern)
+            if bounded != pattern.regex.pattern:
+                pattern.regex = re.compile(bounded)
+    return spec
+
+
+def path_spec(lines: Iterable[str]) -> pathspec.PathSpec:
+    """A gitignore-style matcher for ``lines`` (.gitignore, ``exclude``, per-file-ignores), compiled
+    once and safe from exponential backtracking on pathological patterns like ``*a*a*a…*b``."""
+    return _path_spec(tuple(lines))
+
+
 def _gitignore_spec(directory: Path) -> pathspec.PathSpec | None:
     ignore_file = directory / ".gitignore"
     try:
         lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+    return path_spec(lines)
+
+
+def _report(message: str) -> None:
+    raise PathError(message)
 
 
 def discover(
     paths: Iterable[str | Path],
     exclude: Iterable[str] = (),
     extensions: tuple[str, ...] = (".py",),
+    on_error: Callable[[str], None] = _report,
 ) -> Iterator[Discovered]:
-    """Yield files to check, in a stable order; raise PathError for a missing path."""
-    exclude_spec = pathspec.GitIgnoreSpec.from_lines(list(exclude))
+    """Yield files to check, in a stable order; raise PathError for a missing path.
+
+    ``on_error(message)`` is told about each folder that cannot be read (by default it raises
+    PathError); the walk then goes on with the rest.
+    """
+    exclude_spec = path_spec(exclude)
     seen: set[Path] = set()
+    temps: dict[Path, list[str]] = {}  # folder -> gradfix temp names in it (one listing per folder)
     for raw in paths:
         path = Path(raw)
         if not os.path.lexists(path):
             raise PathError(f"{raw}: no such file or directory")
         if not os.path.exists(path):  # a dangling link or a symlink loop
             raise PathError(f"{raw}: broken symbolic link (or a symlink loop)")
-        if path.is_dir() and not path.is_symlink():
-            for found in _walk(path, exclude_spec, extensions):
+        if path.is_dir():
+            for found in _walk(path, exclude_spec, extensions, on_error):
                 key = found.resolve()
                 if key not in seen:
                     seen.add(key)
                     yield Discovered(found, explicit=False)
         else:
+            for name in _temp_names(path.parent, temps):
+                if TEMP_NAME.match(name).group("name") == path.name:
+                    remove_stale_temp(path.parent / name)
             key = path.resolve()
             if key not in seen:
                 seen.add(key)
                 yield Discovered(path, explicit=True)
 
 
-def _walk(root: Path, exclude_spec: pathspec.PathSpec, extensions: tuple[str, ...]) -> Iterator[Path]:
+def _temp_names(folder: Path, cache: dict[Path, list[str]]) -> list[str]:
+    if folder not in cache:
+        try:
+            with os.scandir(folder) as entries:
+                cache[folder] = [e.name for e in entries if TEMP_NAME.match(e.name)]
+        except OSError:
+            cache[folder] = []
+    return cache[folder]
+
+
+def _is_venv(path: Path) -> bool:
+    return os.path.lexists(path / "pyvenv.cfg")  # False, not an error, in a folder we may not read
+
+
+def _walk(
+    root: Path, exclude_spec: pathspec.PathSpec, extensions: tuple[str, ...], on_error: Callable[[str], None]
+) -> Iterator[Path]:
     # Each folder's .gitignore applies to paths below it, up to the repository's root.
     absolute_root = root.resolve()
     specs: list[tuple[Path, pathspec.PathSpec]] = []
@@ -89,13 +170,14 @@ def _walk(root: Path, exclude_spec: pathspec.PathSpec, extensions: tuple[str, ..
         if exclude_spec.match_file(rel_root):
             return True
         absolute = absolute_root / path.relative_to(root)
-        for base, spec in specs:
+        for base, spec in reversed(specs):  # as git: the deepest .gitignore with a matching line decides
             try:
                 rel = absolute.relative_to(base).as_posix()
             except ValueError:
                 continue
-            if spec.match_file(rel + ("/" if is_dir else "")):
-                return True
+            verdict = spec.check_file(rel + ("/" if is_dir else "")).include
+            if verdict is not None:
+                return verdict
         return False
 
     def visit(directory: Path) -> Iterator[Path]:
@@ -103,18 +185,31 @@ def _walk(root: Path, exclude_spec: pathspec.PathSpec, extensions: tuple[str, ..
         if spec is not None:
             specs.append((absolute_root / directory.relative_to(root), spec))
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError:
+            with os.scandir(directory) as found:
+                entries = sorted(found, key=lambda e: e.name)
+        except OSError as exc:
+            why = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
+            on_error(f"cannot read folder {Path(directory).as_posix()}: {why}; its files were not checked")
             entries = []
         for entry in entries:
             path = Path(entry.path)
-            if entry.is_symlink():
+            if TEMP_NAME.match(entry.name):  # what a killed gradfix run left: removed if it is that
+                remove_stale_temp(entry.path)
                 continue
-            if entry.is_dir():
-                if entry.name in SKIP_DIRS or (path / "pyvenv.cfg").exists() or ignored(path, True):
-                    continue
+            try:
+                kind = "skip" if entry.is_symlink() else "dir" if entry.is_dir(follow_symlinks=False) else "file"
+                if kind == "dir" and (entry.name in SKIP_DIRS or _is_venv(path) or ignored(path, True)):
+                    kind = "skip"
+                if kind == "file" and not (
+                    entry.name.endswith(extensions) and entry.is_file(follow_symlinks=False) and not ignored(path, False)
+                ):
+                    kind = "skip"
+            except OSError as exc:  # the entry vanished or cannot be looked at
+                on_error(f"cannot read {path.as_posix()}: {exc.strerror or exc}")
+                continue
+            if kind == "dir":
                 yield from visit(path)
-            elif entry.name.endswith(extensions) and entry.is_file() and not ignored(path, False):
+            elif kind == "file":
                 yield path
         if spec is not None:
             specs.pop()

@@ -204,8 +204,9 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
 
 
 class _RemoveImportsKeepComments(RemoveImportsVisitor):
-    """LibCST's RemoveImportsVisitor drops a removed import's leading comments and blank lines
-    with it; hand them to the next statement (or the block's footer) so no comment is lost."""
+    """LibCST's RemoveImportsVisitor drops a removed import's leading comments, blank lines and
+    trailing comment with it; hand them to the next statement (or the block's footer) so no
+    comment is lost."""
 
     def __init__(self, context: CodemodContext):
         super().__init__(context)
@@ -213,7 +214,11 @@ class _RemoveImportsKeepComments(RemoveImportsVisitor):
 
     def leave_SimpleStatementLine(self, original_node, updated_node):
         if not updated_node.body:
-            self._removed[original_node] = original_node.leading_lines
+            kept = list(original_node.leading_lines)
+            comment = original_node.trailing_whitespace.comment
+            if comment is not None:  # `import x  # why`: the comment stays, on a line of its own
+                kept.append(cst.EmptyLine(comment=comment))
+            self._removed[original_node] = kept
         return updated_node
 
     def _rehome(self, original_node, updated_node):

@@ -58,7 +58,7 @@ def _write(results: Sequence[FileResult], jobs: Sequence[Job], errors: list[str]
     for result, job in zip(results, jobs):
         if result.changed:
             try:
-                write_atomic(job.path, result.new_source, result.old_source)
+                write_atomic(job.path, result.new_source, result.old_source, result.read_as)
                 written[job.path] = result.old_source
             except WriteError as exc:
                 errors.append(str(exc))

@@ -114,6 +114,7 @@ class FileResult:
     error: str | None = None  # syntax error / unreadable: the file is left alone
     error_kind: str | None = None  # "syntax", "io", "internal"
     notes: list[str] = field(default_factory=list)  # internal errors, skipped fixes
+    read_as: tuple | None = None  # (real path, st_dev, st_ino) of the file read: all a write may replace
 
     @property
     def changed(self) -> bool:

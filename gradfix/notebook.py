@@ -2,12 +2,24 @@
 
 The code cells that parse are joined, in cell order, into one virtual module with a marker
 comment before each cell, so imports made in an earlier cell resolve in later ones and every
-rule works unchanged. Findings are mapped back to (cell, line, column). Cells holding IPython
-magics (``%timeit``, ``!pip``, ``%%time``) or code that does not parse are skipped with a note.
+rule works unchanged. Findings are mapped back to (cell, line, column).
+
+A marker carries a random nonce chosen so that it occurs in no cell of the notebook: a line a
+user wrote (a string holding ``# gradfix-notebook-cell 0``) can never be taken for a cell
+boundary. After a fix, every marker must still be there exactly once, in order, or the notebook
+is left unchanged.
+
+IPython syntax is masked, not skipped (as Ruff and nbqa do): in a cell that does not parse, each
+line magic, shell escape or help line (``%timeit``, ``!pip``, ``x = !ls``, ``obj?``) is replaced
+by a placeholder statement with the same indentation, and a cell magic that runs Python
+(``%%time``) has its first line masked. The placeholders go back byte for byte on write; a fix
+that would move, change or drop one leaves the notebook unchanged. A cell magic that is not
+Python (``%%bash``) or a cell that still does not parse is skipped with a note.
 
 A fix rewrites only the ``source`` value of the changed cells, in place in the original JSON
 text: outputs, execution counts, metadata, key order, indentation and the trailing newline stay
-byte for byte. A notebook with no fixes is never rewritten.
+byte for byte. Every rewritten cell is compiled before anything is written. A notebook with no
+fixes is never rewritten.
 """
 
 from __future__ import annotations
@@ -15,16 +27,16 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass, replace
+import secrets
+import warnings
+from dataclasses import dataclass, field, replace
 
 from gradfix.diff import unified_diff
 from gradfix.model import FileResult, FixOutcome, Span
 
-MARKER = "# gradfix-notebook-cell {index}\n"
-# The imports of a cell that is skipped (magics) still count for later cells: they go into the
-# virtual module as a "context" section, which is never written back.
-CONTEXT_MARKER = "# gradfix-notebook-context {index}\n"
-_MARKER_RE = re.compile(r"^# gradfix-notebook-(cell|context) (\d+)\n", re.M)
+# Cell magics whose body is Python (the rest, %%bash, %%html, %%writefile, ... are skipped).
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
+_LINE_MAGIC = re.compile(r"^[ \t]*(?:[%!]|[A-Za-z_][\w.]*[ \t]*=[ \t]*[%!])|^[ \t]*[^#\s].*\?[ \t]*$")
 
 
 class NotebookError(Exception):
@@ -116,32 +128,105 @@ def read_cells(text: str) -> list[Cell]:
     try:
         (document, members), end = _Scanner(text).value(0)
     except (IndexError, ValueError, NotebookError) as exc:
-        raise NotebookError(f"not a notebook: invalid JSON ({exc})") from None
+        raise NotebookError(f"not a valid notebook: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise NotebookError("not a valid notebook: JSON nested too deeply") from None
     if not isinstance(document, dict) or not isinstance(document.get("cells"), list):
-        raise NotebookError("not a notebook: no 'cells' list (nbformat 4 expected)")
+        raise NotebookError("not a valid notebook: no 'cells' list (nbformat 4 expected)")
     cells = []
     for index, (cell, (_, _, cell_members)) in enumerate(zip(document["cells"], members["cells"][2])):
+        where = f"not a valid notebook: cell {index + 1}"
+        if not isinstance(cell, dict):
+            raise NotebookError(f"{where} is not a JSON object")
+        cell_type = cell.get("cell_type", "")
+        if not isinstance(cell_type, str):
+            raise NotebookError(f"{where}: 'cell_type' is not a string")
         source = cell.get("source", "")
-        start, stop, _ = cell_members.get("source", (0, 0, None))
         as_list = isinstance(source, list)
-        cells.append(Cell(index, cell.get("cell_type", ""), "".join(source) if as_list else source, (start, stop), as_list))
+        if as_list and not all(isinstance(item, str) for item in source):
+            raise NotebookError(f"{where}: 'source' is a list holding something other than strings")
+        if not as_list and not isinstance(source, str):
+            raise NotebookError(f"{where}: 'source' is neither a string nor a list of strings")
+        joined = "".join(source) if as_list else source
+        try:
+            joined.encode("utf-8")
+        except UnicodeEncodeError:
+            raise NotebookError(f"{where}: 'source' holds a lone surrogate (not valid Unicode text)") from None
+        start, stop, _ = cell_members.get("source", (0, 0, None))
+        cells.append(Cell(index, cell_type, joined, (start, stop), as_list))
     return cells
 
 
-def _skip_reason(source: str) -> str | None:
+def _parses(code: str) -> SyntaxError | None:
     try:
-        ast.parse(source)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(code)
     except SyntaxError as exc:
-        magic = any(line.lstrip().startswith(("%", "!")) or line.rstrip().endswith("?") for line in source.splitlines())
-        return "IPython magic or shell command" if magic else f"does not parse ({exc.msg}, line {exc.lineno})"
+        return exc
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return SyntaxError(str(exc))
     return None
+
+
+def _compiles(code: str) -> str | None:
+    """Why ``code`` does not compile as a cell (top-level ``await`` is fine in a notebook)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(code, "<cell>", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@dataclass
+class Analysed:
+    """A code cell as the rules see it: IPython lines masked by placeholders."""
+
+    code: str  # ends with a newline
+    masks: dict[str, str] = field(default_factory=dict)  # placeholder line -> original line
+
+
+def mask_cell(source: str, nonce: str, index: int) -> Analysed | str:
+    """The cell's code with IPython syntax masked, or the reason it is skipped."""
+    code = source if source.endswith("\n") else source + "\n"
+    if _parses(code) is None:
+        return Analysed(code)
+    lines = code.splitlines(keepends=True)
+    masks: dict[str, str] = {}
+
+    def mask(number: int) -> None:
+        body = lines[number].rstrip("\r\n")
+        indent = body[: len(body) - len(body.lstrip(" \t"))]
+        placeholder = f"{indent}_gradfix_magic_{nonce}_{index}_{number}"
+        masks[placeholder] = body
+        lines[number] = placeholder + lines[number][len(body):]
+
+    if lines[0].lstrip().startswith("%%"):
+        magic = lines[0].lstrip()[2:].split(None, 1)
+        name = magic[0] if magic else ""
+        if name not in PYTHON_CELL_MAGICS:
+            return f"cell magic %%{name} (not Python)"
+        mask(0)
+    for number in range(len(lines)):
+        if lines[number].rstrip("\r\n") not in masks and _LINE_MAGIC.match(lines[number].rstrip("\r\n")):
+            mask(number)
+    masked = "".join(lines)
+    error = _parses(masked)
+    if error is not None:
+        how = " once its IPython lines are masked" if masks else ""
+        return f"does not parse{how} ({error.msg}, line {error.lineno})"
+    return Analysed(masked, masks)
 
 
 @dataclass
 class VirtualModule:
     text: str
+    nonce: str
     starts: dict[int, int]  # cell index -> first line of the cell's code in ``text`` (1-based)
     lengths: dict[int, int]
+    analysed: dict[int, Analysed]
     notes: list[str]
 
     def locate(self, line: int) -> tuple[int, int] | None:
@@ -150,49 +235,73 @@ class VirtualModule:
                 return index, line - start + 1
         return None
 
+    def marker(self, index: int) -> str:
+        return f"# gradfix-notebook-cell {self.nonce} {index}\n"
 
-def virtual_module(cells: list[Cell]) -> VirtualModule:
-    parts, starts, lengths, notes = [], {}, {}, []
-    line = 1
+
+def _nonce(cells: list[Cell]) -> str:
+    while True:
+        nonce = secrets.token_hex(8)
+        if not any(nonce in cell.source for cell in cells):
+            return nonce
+
+
+def virtual_module(cells: list[Cell], nonce: str | None = None) -> VirtualModule:
+    module = VirtualModule("", nonce or _nonce(cells), {}, {}, {}, [])
+    parts, line = [], 1
     for cell in cells:
         if cell.cell_type != "code" or not cell.source.strip():
             continue
-        reason = _skip_reason(cell.source)
-        if reason is not None:
-            notes.append(f"cell {cell.index + 1} skipped: {reason}")
-            imports = _imports_around_magics(cell.source)
-            if imports:
-                parts.append(CONTEXT_MARKER.format(index=cell.index) + imports)
-                line += 1 + imports.count("\n")
+        analysed = mask_cell(cell.source, module.nonce, cell.index)
+        if isinstance(analysed, str):
+            module.notes.append(f"cell {cell.index + 1} skipped: {analysed}")
             continue
-        code = cell.source if cell.source.endswith("\n") else cell.source + "\n"
-        parts.append(MARKER.format(index=cell.index) + code)
-        starts[cell.index] = line + 1
-        lengths[cell.index] = code.count("\n")
-        line += 1 + lengths[cell.index]
-    return VirtualModule("".join(parts), starts, lengths, notes)
+        parts.append(module.marker(cell.index) + analysed.code)
+        module.analysed[cell.index] = analysed
+        module.starts[cell.index] = line + 1
+        module.lengths[cell.index] = analysed.code.count("\n")
+        line += 1 + module.lengths[cell.index]
+    module.text = "".join(parts)
+    return module
 
 
-def _imports_around_magics(source: str) -> str:
-    """The top-level imports of a cell that parses once its magic lines are blanked."""
-    masked = "\n".join(
-        "" if line.lstrip().startswith(("%", "!")) or line.rstrip().endswith("?") else line
-        for line in source.splitlines()
-    )
-    try:
-        tree = ast.parse(masked)
-    except SyntaxError:
-        return ""
-    imports = [ast.get_source_segment(masked, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return "".join(f"{text}\n" for text in imports if text)
+class CellMappingError(Exception):
+    pass
 
 
-def split_virtual(text: str) -> tuple[str, dict[int, str]]:
+def split_virtual(module: VirtualModule, text: str) -> tuple[str, dict[int, str]]:
     """Out of a (fixed) virtual module: the text before the first cell (an import a fix added)
-    and the cell sources by cell index. Context sections are dropped."""
-    pieces = _MARKER_RE.split(text)
-    cells = {int(pieces[i + 1]): pieces[i + 2] for i in range(1, len(pieces) - 2, 3) if pieces[i] == "cell"}
-    return pieces[0], cells
+    and the (still masked) code of each cell by cell index.
+
+    Raises CellMappingError unless every marker is there exactly once, in cell order.
+    """
+    marker = re.compile(rf"^# gradfix-notebook-cell {module.nonce} (\d+)\n", re.M)
+    pieces = marker.split(text)
+    found = [int(pieces[i]) for i in range(1, len(pieces), 2)]
+    if found != list(module.starts):
+        raise CellMappingError("internal error: a fix moved code across notebook cells")
+    return pieces[0], {int(pieces[i]): pieces[i + 1] for i in range(1, len(pieces), 2)}
+
+
+def unmask(analysed: Analysed, code: str) -> str:
+    """``code`` (a fixed cell) with each placeholder back to its IPython line, byte for byte.
+
+    Raises CellMappingError if a fix moved, changed, duplicated or dropped a masked line.
+    """
+    if not analysed.masks:
+        return code
+    lines = code.splitlines(keepends=True)
+    bodies = [line.rstrip("\r\n") for line in lines]
+    for placeholder, original in analysed.masks.items():
+        if bodies.count(placeholder) != 1:
+            raise CellMappingError("fixes not applied: one would change a line holding IPython syntax")
+        number = bodies.index(placeholder)
+        lines[number] = original + lines[number][len(placeholder):]
+    restored = "".join(lines)
+    name = placeholder.strip().rsplit("_", 2)[0]
+    if name in restored:  # a placeholder copied into another line
+        raise CellMappingError("fixes not applied: one would change a line holding IPython syntax")
+    return restored
 
 
 def _encode_source(cell: Cell, new: str, raw: str) -> str:
@@ -214,6 +323,27 @@ def _encode_source(cell: Cell, new: str, raw: str) -> str:
     return "[" + opening + ("," + opening).join(items) + closing + "]"
 
 
+_LINE_REF = re.compile(r"\b(lines?) (\d+)(?:-(\d+))?\b")
+
+
+def _cell_lines(message: str, module: VirtualModule, cell: int) -> str:
+    """A message's "line N" (a line of the virtual module) as the line of the cell it is in."""
+
+    def where(number: int) -> tuple[int, int] | None:
+        return module.locate(number)
+
+    def swap(match: re.Match) -> str:
+        word, first, last = match.group(1), int(match.group(2)), match.group(3)
+        start = where(first)
+        end = where(int(last)) if last else start
+        if start is None or end is None or end[0] != start[0]:
+            return match.group(0)
+        place = f"{word} {start[1]}" + (f"-{end[1]}" if last else "")
+        return place if start[0] == cell else f"cell {start[0] + 1} {place}"
+
+    return _LINE_REF.sub(swap, message)
+
+
 def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool) -> FileResult:
     """Check (and fix) one notebook.
 
@@ -224,7 +354,10 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
     try:
         text = raw.decode("utf-8")
         cells = read_cells(text)
-    except (UnicodeDecodeError, NotebookError) as exc:
+    except UnicodeDecodeError as exc:
+        result.error, result.error_kind = f"1:1: not a valid notebook: not UTF-8 ({exc.reason})", "syntax"
+        return result
+    except NotebookError as exc:
         result.error, result.error_kind = f"1:1: {exc}", "syntax"
         return result
     module = virtual_module(cells)
@@ -242,7 +375,8 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
         cell, line = start
         end_line = end[1] if end and end[0] == cell else line
         span = Span(line, finding.span.col, end_line, finding.span.end_col)
-        mapped.append(replace(finding, span=span, cell=cell + 1, anchors=()))
+        message = _cell_lines(finding.message, module, cell)
+        mapped.append(replace(finding, span=span, cell=cell + 1, anchors=(), message=message))
     result.findings = [FixOutcome(f) for f in mapped]
     if not want_fixes or not findings:
         return result
@@ -250,29 +384,45 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
     if run is None:
         return result
     result.notes.extend(run.notes)
-    head, new_sources = split_virtual(run.source.decode("utf-8"))
-    if set(new_sources) != set(module.starts):
-        result.notes.append("internal error: a fix moved code across notebook cells; notebook left unchanged")
+    try:
+        new_sources = _fixed_sources(module, cells, run.source.decode("utf-8"))
+    except CellMappingError as exc:
+        result.notes.append(f"{exc}; notebook left unchanged")
         return result
-    if head.strip():  # an import a fix needs: it goes to the top of the first code cell
-        first = min(new_sources, key=lambda i: module.starts[i])
-        new_sources[first] = head.lstrip("\n") + new_sources[first]
     new_text = text
     by_index = {c.index: c for c in cells}
     for index in sorted(new_sources, key=lambda i: -by_index[i].span[0]):  # back to front: spans stay valid
         cell = by_index[index]
-        new = new_sources[index]
-        if not cell.source.endswith("\n"):
-            new = new[:-1] if new.endswith("\n") else new
-        if new == cell.source:
-            continue
         start, stop = cell.span
-        new_text = new_text[:start] + _encode_source(cell, new, text) + new_text[stop:]
+        new_text = new_text[:start] + _encode_source(cell, new_sources[index], text) + new_text[stop:]
     if new_text != text:
         result.new_source = new_text.encode("utf-8")
         for index in run.applied:
             result.findings[index].applied = True
     return result
+
+
+def _fixed_sources(module: VirtualModule, cells: list[Cell], fixed: str) -> dict[int, str]:
+    """The new source of each changed cell, IPython lines restored; every one compiles."""
+    head, codes = split_virtual(module, fixed)
+    if head.strip():  # an import a fix needs: it goes to the top of the first code cell
+        first = min(codes, key=lambda i: module.starts[i])
+        codes[first] = head.lstrip("\n") + codes[first]
+    by_index = {c.index: c for c in cells}
+    changed = {}
+    for index, code in codes.items():
+        analysed = module.analysed[index]
+        if code == analysed.code:
+            continue
+        error = _compiles(code)
+        if error is not None and _compiles(analysed.code) is None:
+            raise CellMappingError(f"internal error: the fixed cell {index + 1} does not compile ({error})")
+        new = unmask(analysed, code)
+        if not by_index[index].source.endswith("\n") and new.endswith("\n"):
+            new = new[:-1]
+        if new != by_index[index].source:
+            changed[index] = new
+    return changed
 
 
 def cell_diffs(old: bytes, new: bytes, path: str) -> bytes:

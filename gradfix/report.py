@@ -78,10 +78,18 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str, missin
     fixed = sum(o.applied for o in outcomes)
     left = [o for o in outcomes if not o.applied]
     applied_mode = mode != "check"
-    safe = sum(1 for o in left if o.finding.fix is FixSafety.SAFE or (o.finding.fix is FixSafety.UNSAFE and unsafe_fixes))
+    # Checked, fixed, but the new file could not be written (its fixes are not "fixable with
+    # --apply": --apply was just tried).
+    unwritten = [r for r in results if r.error_kind == "io" and r.findings]
+    retry = {id(o) for r in unwritten for o in r.findings} if mode == "apply" else set()
+    safe = sum(
+        1
+        for o in left
+        if id(o) not in retry and (o.finding.fix is FixSafety.SAFE or (o.finding.fix is FixSafety.UNSAFE and unsafe_fixes))
+    )
     hidden = sum(1 for o in left if o.finding.fix is FixSafety.UNSAFE and not unsafe_fixes)
-    errors = sum(1 for r in results if r.error)
-    failed = errors or missing_paths
+    errors = sum(1 for r in results if r.error) - len(unwritten)
+    failed = errors or unwritten or missing_paths
     parts = []
     if applied_mode:
         files = sum(1 for r in results if any(o.applied for o in r.findings))
@@ -95,6 +103,8 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str, missin
         parts.append(f"[*] {safe} fixable with --apply (review with --diff).")
     if hidden:
         parts.append(f"{hidden} more fixable with --unsafe-fixes (they change behaviour on purpose; see `gradfix explain CODE`).")
+    if unwritten:
+        parts.append(f"{len(unwritten)} file{'s' * (len(unwritten) != 1)} could not be written (see above).")
     if errors:
         parts.append(f"{errors} file{'s' * (errors != 1)} could not be checked.")
     if missing_paths:

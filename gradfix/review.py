@@ -87,7 +87,7 @@ def review(
         if run is None or run.source == result.old_source:
             continue
         try:
-            write_atomic(job.path, run.source, result.old_source)
+            write_atomic(job.path, run.source, result.old_source, result.read_as)
         except WriteError as exc:
             errors.append(str(exc))
             continue

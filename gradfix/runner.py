@@ -2,20 +2,29 @@
 
 Workers only read and compute; the parent process does every write, one file at a time, so an
 interrupt (Ctrl-C) leaves each file either old or new, never half-written.
+
+Workers die with the parent, even after ``kill -9`` of it: on Linux each asks the kernel for
+SIGKILL when its parent dies (``PR_SET_PDEATHSIG``), and everywhere a watchdog thread in each
+worker exits it once its parent process is gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import os
+import signal
+import sys
+import threading
+import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
 from gradfix.engine import Job, process_source
 from gradfix.model import FileResult
-from gradfix.writer import WriteError, write_atomic
+from gradfix.writer import WriteError, read_file, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this, process start-up costs more than it saves
 
@@ -28,13 +37,14 @@ def process_job(job: Job, want_fixes: bool) -> FileResult:
     if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
         return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
     try:
-        with open(job.path, "rb") as handle:
-            source = handle.read()
+        source, read_as = read_file(job.path)
     except OSError as exc:
         return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
     try:
         with _collector_paused():
-            return process_source(source, job, want_fixes)
+            result = process_source(source, job, want_fixes)
+        result.read_as = read_as
+        return result
     except RecursionError:
         result = FileResult(job.display, old_source=source)
         result.error, result.error_kind = "1:1: file is nested too deeply to analyse", "syntax"
@@ -71,6 +81,44 @@ def _process_star(args: tuple[Job, bool]) -> FileResult:
     return result
 
 
+PR_SET_PDEATHSIG = 1
+WATCHDOG_INTERVAL = 0.5  # seconds between a worker's checks that its parent is alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, it just is not ours to signal
+    return True
+
+
+def _die_with_parent(main: int) -> None:
+    """Pool initializer: this worker exits as soon as its parent is gone.
+
+    The parent is the main gradfix process (fork) or the start method's server process, which
+    itself ends with the main process; ``main`` covers a parent that died before we got here.
+    """
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still covers it
+    if os.getppid() != parent or not _alive(main):
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(WATCHDOG_INTERVAL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gradfix-parent-watchdog", daemon=True).start()
+
+
 def run_jobs(
     jobs: Sequence[Job],
     want_fixes: bool,
@@ -83,7 +131,7 @@ def run_jobs(
         results = (process_job(job, want_fixes) for job in jobs)
         return [_tick(r, progress) for r in results]
     chunk = max(1, len(jobs) // (workers * 8))
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
         results = pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk)
         return [_tick(r, progress) for r in results]
 
@@ -101,7 +149,9 @@ def write_results(results: Sequence[FileResult], jobs: Sequence[Job]) -> list[st
         if not result.changed:
             continue
         try:
-            write_atomic(job.path, result.new_source, result.old_source)
+            note = write_atomic(job.path, result.new_source, result.old_source, result.read_as)
+            if note:
+                result.notes.append(note)
         except WriteError as exc:
             errors.append(str(exc))
             result.error, result.error_kind = str(exc), "io"

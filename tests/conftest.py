@@ -1,2 +1,24 @@
+import pytest
+
 # Golden files are inputs and expected outputs, not test modules (some are named test_*.py).
 collect_ignore_glob = ["golden/*"]
+
+# The fast inner loop is `pytest -m "not slow"` (under a minute); CI runs everything. These
+# files run real models, generate thousands of programs or kill real processes (about 70 % of
+# the suite's time); the single tests below take seconds each (a real subprocess, a 5 MB file,
+# training loops). Listed here so that the files of other branches need no edit.
+SLOW_FILES = {"test_verify.py", "test_properties.py", "test_workflow.py", "test_kill.py"}
+SLOW_TESTS = {
+    "test_real_subprocess",
+    "test_module_level_toggle_hack_runs_the_same_after_the_fix",
+    "test_5mb_generated_file",
+    "test_training_after_eval_runs_in_eval_mode",
+    "test_cli_apply_with_both_rules",
+    "test_ctrl_c_during_apply_leaves_every_file_old_or_new",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_FILES or item.originalname in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)

@@ -449,3 +449,18 @@ def test_nonexistent_path_next_to_a_good_one_still_checks_the_good_one(tree):
     assert result.returncode == 2
     assert "gradfix: nope.py: no such file or directory" in result.stderr
     assert "bug.py:2:6: GF101" in result.stdout
+
+
+def test_debug_does_not_leak_into_the_callers_environment(tree, monkeypatch):
+    # Issue 13: `main(["--debug", ...])` left GRADFIX_DEBUG set, so later tests saw tracebacks.
+    from gradfix import cli
+
+    (tree / "a.py").write_text(BUGGY)
+    monkeypatch.delenv("GRADFIX_DEBUG", raising=False)
+    with pytest.raises(SystemExit):
+        cli.main(["--debug", "a.py"])
+    assert "GRADFIX_DEBUG" not in os.environ
+    monkeypatch.setenv("GRADFIX_DEBUG", "keep")
+    with pytest.raises(SystemExit):
+        cli.main(["--debug", "a.py"])
+    assert os.environ["GRADFIX_DEBUG"] == "keep"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradfix.cli import main
+from gradfix.model import Span
 
 CELLS = [
     {"cell_type": "markdown", "metadata": {}, "source": ["# Evaluate\n", "with torch.no_grad:\n", "    pass"]},
@@ -59,7 +60,8 @@ def test_findings_name_the_cell_and_imports_cross_cells(tmp_path, capsys, monkey
     # `T` was imported in cell 2; the bug is on line 2 of cell 5.
     assert "nb.ipynb:cell 5:2:6: GF101 [*]" in out
     assert "cell 1" not in out  # markdown is never code
-    assert "cell 3 skipped" in err and "cell 4 skipped" in err and "cell 6 skipped" in err
+    # Magic cells are analysed with the magic lines masked; only code that does not parse is skipped.
+    assert "cell 6 skipped" in err and "cell 3" not in err and "cell 4" not in err
     code, out, _ = run_cli(["--format", "json", "nb.ipynb"], capsys, monkeypatch, tmp_path)
     (row,) = json.loads(out)
     assert (row["cell"], row["line"], row["column"]) == (5, 2, 6)
@@ -114,7 +116,7 @@ def test_string_sources_and_no_notebooks_flag(tmp_path, capsys, monkeypatch):
 def test_invalid_notebook_is_a_clear_error(tmp_path, capsys, monkeypatch):
     (tmp_path / "bad.ipynb").write_text("{not json")
     code, out, err = run_cli(["bad.ipynb"], capsys, monkeypatch, tmp_path)
-    assert code == 2 and "bad.ipynb:1:1: not a notebook" in out and "Traceback" not in err
+    assert code == 2 and "bad.ipynb:1:1: not a valid notebook" in out and "Traceback" not in err
 
 
 def test_notebook_fixes_are_idempotent_when_one_fix_uncovers_another(tmp_path, capsys, monkeypatch):
@@ -135,7 +137,7 @@ def test_truncated_notebook_is_a_clear_error(tmp_path, capsys, monkeypatch):
     # A notebook cut off inside a string (seen in a real repository snapshot).
     (tmp_path / "cut.ipynb").write_text('{"cells": [{"cell_type": "markdown", "source": ["- how to use')
     code, out, err = run_cli(["cut.ipynb"], capsys, monkeypatch, tmp_path)
-    assert code == 2 and "cut.ipynb:1:1: not a notebook" in out and "internal error" not in err
+    assert code == 2 and "cut.ipynb:1:1: not a valid notebook" in out and "internal error" not in err
 
 
 def test_imports_in_a_magic_cell_count_for_later_cells(tmp_path, capsys, monkeypatch):
@@ -148,7 +150,7 @@ def test_imports_in_a_magic_cell_count_for_later_cells(tmp_path, capsys, monkeyp
     path = tmp_path / "m.ipynb"
     before = write_notebook(path, cells)
     code, out, err = run_cli(["m.ipynb"], capsys, monkeypatch, tmp_path)
-    assert "m.ipynb:cell 2:1:6: GF101" in out and "cell 1 skipped" in err
+    assert "m.ipynb:cell 2:1:6: GF101" in out and "skipped" not in err
     code, _, _ = run_cli(["--apply", "m.ipynb"], capsys, monkeypatch, tmp_path)
     assert code == 0
     after = json.loads(path.read_text())
@@ -182,3 +184,138 @@ def test_an_import_a_fix_needs_goes_to_the_first_code_cell(tmp_path, capsys, mon
     assert "import torch\n" in sources[1] and "net = " in sources[1]
     assert sources[0] == "# SGD by hand"
     compile("\n".join(sources[1:]), "nb", "exec")
+
+
+def _code_cell(source):
+    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+
+
+def _sources(path: Path) -> list[str]:
+    return ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in json.loads(path.read_text())["cells"]]
+
+
+@pytest.mark.parametrize(
+    "marker",
+    ["# gradfix-notebook-cell 0", "# gradfix-notebook-cell 1", "# gradfix-notebook-context 0", "# gradfix-notebook-cell 7"],
+)
+def test_a_line_that_looks_like_a_cell_marker_is_user_code(tmp_path, capsys, monkeypatch, marker):
+    # Issue 13: a marker-like line inside a string was taken as a cell boundary and --apply
+    # deleted `import torch` and `DOC = ` (exit 0, "Fixed 1 finding").
+    first = f'import torch\nDOC = """\n{marker}\n"""\nwith torch.no_grad:\n    y = 1\n'
+    second = f"{marker}\nwith torch.no_grad:\n    z = 2\n"
+    path = tmp_path / "nb.ipynb"
+    write_notebook(path, [_code_cell(first), _code_cell(second)])
+    code, out, err = run_cli(["--apply", "nb.ipynb"], capsys, monkeypatch, tmp_path)
+    assert code == 0, out + err
+    assert _sources(path) == [first.replace("no_grad:", "no_grad():"), second.replace("no_grad:", "no_grad():")]
+
+
+def test_a_fixed_cell_that_does_not_compile_is_never_written(tmp_path):
+    from gradfix.fixer import FixRun
+    from gradfix.model import Finding
+    from gradfix.notebook import process_notebook
+
+    path = tmp_path / "nb.ipynb"
+    raw = write_notebook(path, [_code_cell("x = 1\n"), _code_cell("y = 2\n")])
+    finding = Finding("GF101", "name", "message", Span(2, 0, 2, 5))
+
+    def broken_fix(text, findings):  # a rule bug: the fix of cell 2 leaves code that cannot compile
+        return FixRun(text.replace("y = 2\n", "y = = 2\n").encode(), {0})
+
+    result = process_notebook(raw, "nb.ipynb", lambda text: [finding], broken_fix, True)
+    assert result.new_source is None
+    assert any("cell 2 does not compile" in note for note in result.notes), result.notes
+
+
+def test_magic_lines_are_masked_and_kept_byte_for_byte(tmp_path, capsys, monkeypatch):
+    cells = [
+        _code_cell(["%matplotlib inline\n", "import torch\n", "files = !ls -la  \n", "torch?\n",
+                    "for f in files:\n", "    !echo $f\n", "with torch.no_grad:\n", "    y = 1"]),
+        _code_cell(["%%time\n", "with torch.no_grad:\n", "    z = 2\n"]),
+        _code_cell(["%%bash\n", "with torch.no_grad:\n"]),
+    ]
+    path = tmp_path / "m.ipynb"
+    write_notebook(path, cells)
+    code, out, err = run_cli(["m.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "m.ipynb:cell 1:7:6: GF101" in out and "m.ipynb:cell 2:2:6: GF101" in out
+    assert "cell 3 skipped: cell magic %%bash (not Python)" in err
+    code, out, err = run_cli(["--apply", "m.ipynb"], capsys, monkeypatch, tmp_path)
+    assert code == 0, out + err
+    sources = _sources(path)
+    assert sources[0] == "".join(cells[0]["source"]).replace("no_grad:", "no_grad():")
+    assert sources[1] == "".join(cells[1]["source"]).replace("no_grad:", "no_grad():")
+    assert sources[2] == "".join(cells[2]["source"])
+
+
+def test_a_fix_that_would_move_a_masked_line_leaves_the_notebook_unchanged(tmp_path, capsys, monkeypatch):
+    # GF201's fix would indent the magic into a `with` block: never touch a masked line.
+    from gradfix.notebook import mask_cell, unmask, CellMappingError
+
+    analysed = mask_cell("import torch\n%time x = 1\ny = 2\n", "n0nce", 0)
+    assert analysed.code == "import torch\n_gradfix_magic_n0nce_0_1\ny = 2\n"
+    assert unmask(analysed, analysed.code) == "import torch\n%time x = 1\ny = 2\n"
+    for moved in ("import torch\nwith a:\n    _gradfix_magic_n0nce_0_1\ny = 2\n", "import torch\ny = 2\n",
+                  "import torch\n_gradfix_magic_n0nce_0_1\n_gradfix_magic_n0nce_0_1\n",
+                  "import torch\n_gradfix_magic_n0nce_0_1\nq = _gradfix_magic_n0nce_0_1\n"):
+        with pytest.raises(CellMappingError):
+            unmask(analysed, moved)
+    cells = [_code_cell("import torch\ndef f(x):\n    torch.set_grad_enabled(False)\n    %time y = x * 2\n"
+                        "    torch.set_grad_enabled(True)\n    return y\n")]
+    path = tmp_path / "e.ipynb"
+    before = write_notebook(path, cells)
+    code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF201", "e.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "e.ipynb:cell 1:3:5: GF201" in out
+    assert "fixes not applied: one would change a line holding IPython syntax; notebook left unchanged" in err
+    assert code == 1 and path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "cells, message",
+    [
+        ('[1]', "cell 1 is not a JSON object"),
+        ('["code"]', "cell 1 is not a JSON object"),
+        ('[{"cell_type": "code", "source": null}]', "cell 1: 'source' is neither a string nor a list of strings"),
+        ('[{"cell_type": "code", "source": 3}]', "cell 1: 'source' is neither a string nor a list of strings"),
+        ('[{"cell_type": "code", "source": {"a": 1}}]', "cell 1: 'source' is neither a string nor a list of strings"),
+        ('[{"cell_type": "code", "source": ["x = 1\\n", 2]}]', "cell 1: 'source' is a list holding something other than strings"),
+        ('[{"cell_type": "code", "source": "x = \'\\ud800\'"}]', "cell 1: 'source' holds a lone surrogate"),
+        ('[{"cell_type": 4, "source": ""}]', "cell 1: 'cell_type' is not a string"),
+        ("[" * 5000 + "]" * 5000, "JSON nested too deeply"),
+    ],
+)
+def test_malformed_notebooks_are_not_valid_notebooks(tmp_path, capsys, monkeypatch, cells, message):
+    path = tmp_path / "bad.ipynb"
+    path.write_text('{"nbformat": 4, "metadata": {}, "cells": ' + cells + "}")
+    before = path.read_bytes()
+    for args in (["bad.ipynb"], ["--apply", "bad.ipynb"]):
+        code, out, err = run_cli(args, capsys, monkeypatch, tmp_path)
+        assert code == 2, out + err
+        assert f"bad.ipynb:1:1: not a valid notebook: {message}" in out, out + err
+        assert "internal error" not in err and "Traceback" not in err
+    assert path.read_bytes() == before
+
+
+def test_cell_ids_and_names_never_choose_where_gradfix_writes(tmp_path, capsys, monkeypatch):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    cells = [dict(_code_cell("import torch\nwith torch.no_grad:\n    y = 1\n"), metadata={"name": "../../outside.py"})]
+    path = tree / "nb.ipynb"
+    write_notebook(path, cells)
+    data = json.loads(path.read_text())
+    data["cells"][0]["id"] = "../../../outside"
+    data["metadata"]["name"] = str(tmp_path / "escape.ipynb")
+    path.write_text(json.dumps(data))
+    code, _, _ = run_cli(["--apply", "."], capsys, monkeypatch, tree)
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["nb.ipynb", "tree"]
+    assert _sources(path) == ["import torch\nwith torch.no_grad():\n    y = 1\n"]
+
+
+def test_line_numbers_in_messages_are_cell_lines(tmp_path, capsys, monkeypatch):
+    # A message naming "line 6" meant line 6 of the joined cells, not of the cell it is in.
+    cells = [_code_cell("import torch\n"),
+             _code_cell("def f(x):\n    torch.set_grad_enabled(False)\n    y = x * 2\n    torch.set_grad_enabled(True)\n    return y\n")]
+    write_notebook(tmp_path / "t.ipynb", cells)
+    code, out, err = run_cli(["--select", "GF201", "t.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "t.ipynb:cell 2:2:5: GF201" in out, out + err
+    assert "(line 4)" in out, out

@@ -1,4 +1,5 @@
 import torch as T
+# only used by the block below
 
 
 def step(encoder, decoder, batch, criterion, opt):
