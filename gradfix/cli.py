@@ -408,8 +408,9 @@ COMMANDS = {"check", "rules", "explain", "verify", "version"}
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "--version":
-        args = ["version"]
-    elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
+        print(f"gradfix {__version__}")  # without building the typer app (its option parsing imports pydantic)
+        return
+    if args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
         args = ["check", *args]
     debug = "--debug" in args
     if debug:

@@ -11,13 +11,15 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gradfix.facts import build_facts
-from gradfix.fixer import FixContext, FixRun, apply_fixes
 from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
 from gradfix.rule import Rule
 from gradfix.rules import all_rules
+
+if TYPE_CHECKING:  # the fixer (and LibCST with it) is imported only when a fix is wanted
+    from gradfix.fixer import FixContext, FixRun
 
 _IGNORE = re.compile(r"#\s*gradfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -151,6 +153,8 @@ def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Se
     wanted = [f if f is not None and wants_fix(f, settings) else None for f in findings]
     if not any(wanted):
         return None
+    from gradfix.fixer import apply_fixes
+
     return apply_fixes(source, wanted, _builder(settings), path)
 
 
@@ -226,6 +230,7 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
 
 
 def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
+    from gradfix.fixer import FixRun
     from gradfix.notebook import process_notebook
 
     def check_cells(text: str) -> list[Finding]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import IO, Sequence
-
-from rich.console import Console
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Sequence
 
 from gradfix.diff import unified_diff
 from gradfix.model import FileResult, FixOutcome, FixSafety
+
+if TYPE_CHECKING:  # rich is imported only when something is drawn on a terminal
+    from rich.console import Console
 
 
 def use_color(stream: IO) -> bool:
@@ -123,11 +123,15 @@ def write_diff(patch: bytes, stream=None) -> None:
         getattr(stream, "buffer", stream).write(patch)
         stream.flush()
         return
+    from rich.console import Console
+
     print_diff(Console(file=stream, highlight=False, soft_wrap=True), patch)
 
 
 def print_diff(console: Console, patch: bytes) -> None:
     """A unified diff in colour: headers bold, hunk lines cyan, additions green, removals red."""
+    from rich.text import Text
+
     for raw in patch.decode("utf-8", errors="replace").splitlines():
         line = raw.rstrip("\r")
         style = ""
@@ -159,6 +163,7 @@ def print_summary_table(results: Sequence[FileResult], stream) -> None:
     rows = rule_counts(results)
     if not rows:
         return
+    from rich.console import Console
     from rich.table import Table
 
     table = Table("rule", "name", "findings", "fixed", "left")

@@ -10,7 +10,6 @@ import contextlib
 import gc
 import os
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
 from gradfix.engine import Job, process_source
@@ -82,6 +81,8 @@ def run_jobs(
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
         results = (process_job(job, want_fixes) for job in jobs)
         return [_tick(r, progress) for r in results]
+    from concurrent.futures import ProcessPoolExecutor  # only big runs pay for multiprocessing
+
     chunk = max(1, len(jobs) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk)

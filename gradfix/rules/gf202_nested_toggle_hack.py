@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid

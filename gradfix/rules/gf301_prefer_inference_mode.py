@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.facts import FileFacts
 from gradfix.model import FixSafety

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
+from gradfix.lazy import cst, transformer
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -365,7 +365,7 @@ class DataMutation(Rule):
             attr = ctx.node_at(spans, cst.Attribute)
             return [Edit(attr, attr.value)]
         targets = {ctx.node_at(attr_span, cst.Attribute) for _, attr_span in spans}
-        drop = _DropData(targets)
+        drop = transformer(_DropData)(targets)
         return wrap_in_no_grad(ctx, [stmt_span for stmt_span, _ in spans], lambda s: s.visit(drop))
 
     @staticmethod
@@ -382,7 +382,7 @@ class DataMutation(Rule):
         )
 
 
-class _DropData(cst.CSTTransformer):
+class _DropData:  # a cst.CSTTransformer through lazy.transformer
     """``X.data`` -> ``X`` for the given original ``Attribute`` nodes."""
 
     def __init__(self, targets):

@@ -11,7 +11,7 @@ import tokenize
 from dataclasses import dataclass
 from typing import Iterator
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -238,8 +238,12 @@ def detached(ctx, call: cst.Call, requires_grad: bool) -> cst.BaseExpression:
     return expr.with_changes(lpar=call.lpar, rpar=call.rpar)
 
 
-_BRACKETED = (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.SetComp, cst.DictComp)
-_ATOMIC = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.FormattedString, *_BRACKETED)
+def _bracketed():
+    return (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.SetComp, cst.DictComp)
+
+
+def _atomic():
+    return (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.FormattedString, *_bracketed())
 
 
 def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
@@ -251,10 +255,10 @@ def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
     """
     if node.lpar:
         return False
-    if not isinstance(node, _ATOMIC):
+    if not isinstance(node, _atomic()):
         return True
     code = ctx.code(node)
-    if "\n" not in code or isinstance(node, (*_BRACKETED, cst.SimpleString, cst.FormattedString)):
+    if "\n" not in code or isinstance(node, (*_bracketed(), cst.SimpleString, cst.FormattedString)):
         return False
     if isinstance(node, cst.Call):
         return "\n" in ctx.code(node.func) + ctx.code(node.whitespace_after_func)
