@@ -193,7 +193,8 @@ def check_command(
     if interactive:
         raise typer.Exit(_review(jobs_list, jobs))
     try:
-        results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
+        want_edits = output_format is OutputFormat.sarif  # SARIF carries each finding's own fix
+        results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text, want_edits)
         exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file, path_errors)
         if path_errors:
             exit_code = 2
@@ -223,7 +224,7 @@ def _migrate(jobs_list: list[Job], command: str, workers: int | None) -> int:
 def _review(jobs_list: list[Job], workers: int | None) -> int:
     from gradfix.review import review
 
-    results = run_jobs(jobs_list, want_fixes=False, workers=workers)
+    results = run_jobs(jobs_list, want_fixes=False, workers=workers, want_edits=True)  # each fix's own hunk
     errors = review(results, jobs_list)
     for error in errors:
         _err(error)
@@ -237,16 +238,18 @@ def _review(jobs_list: list[Job], workers: int | None) -> int:
     return 1 if any(not o.applied for r in results for o in r.findings) else 0
 
 
-def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool):
+def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool, want_edits: bool = False):
     """A progress bar on stderr for big runs, only on a terminal and only for text output."""
     if not (text and len(jobs_list) >= PROGRESS_MIN_FILES and use_color(sys.stderr)):
-        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers)
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, want_edits=want_edits)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("gradfix"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, transient=True, console=_stderr_console()) as bar:
         task = bar.add_task("files", total=len(jobs_list))
-        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, progress=lambda _: bar.advance(task))
+        return run_jobs(
+            jobs_list, want_fixes=want_fixes, workers=workers, progress=lambda _: bar.advance(task), want_edits=want_edits
+        )
 
 
 def _stderr_console():
@@ -292,7 +295,7 @@ def _emit(
     elif output_format is OutputFormat.sarif:
         from gradfix.sarif import sarif_report
 
-        report_lines = [sarif_report(results, {j.display: j.settings for j in jobs_list})]
+        report_lines = [sarif_report(results)]
     else:
         from gradfix.sarif import github_report
 

@@ -158,6 +158,31 @@ def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Se
     return apply_fixes(source, wanted, _builder(settings), path)
 
 
+def finding_edits(source: bytes, findings: Sequence[Finding], settings: Settings, path: str = "<string>") -> dict[int, tuple]:
+    """Each fixable finding's own edit (unsafe ones too) as text replacements in ``source``,
+    by index into ``findings``: what its fix alone would change.
+
+    One fix pass over the whole file is cut into per-finding edits (gradfix.edits); a fix that
+    lost to an overlapping outer one gets its edit from a further pass, so the cost is a few
+    LibCST passes per file however many findings it has.
+    """
+    from dataclasses import replace
+
+    from gradfix.edits import own_edits
+
+    settings = replace(settings, unsafe_fixes=True)
+    old = decode_source(source)
+    edits: dict[int, tuple] = {}
+    for _ in range(FIX_PASSES):
+        run = fix_findings(source, [f if i not in edits else None for i, f in enumerate(findings)], settings, path)
+        if run is None or not run.applied:
+            break
+        found = own_edits(old, decode_source(run.source), run.node_spans, run.imports)
+        for index in run.applied:
+            edits[index] = found.get(index, ())
+    return {i: e for i, e in edits.items() if e}
+
+
 # A fix can uncover another finding (GF101 makes a `with` a real grad context that GF203 then
 # looks into; an overlapped fix waits for the outer one): fix again until nothing changes, so
 # that a second `--apply` never changes the file again.
@@ -208,7 +233,9 @@ class Job:
     display: str  # the path as shown to the user
 
 
-def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
+def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
+    """Findings of one file; with ``want_fixes`` the fixed source too; with ``want_edits`` each
+    finding of the file as given carries its own edit (``FixOutcome.edit``)."""
     if job.path.endswith(".ipynb"):
         return _process_notebook(source, job, want_fixes)
     result = FileResult(job.display, old_source=source)
@@ -218,13 +245,19 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         result.error, result.error_kind = f"{exc.line}:{exc.col}: {exc.message}", "syntax"
         return result
     result.findings = [FixOutcome(f) for f in findings]
+    own = {}
+    if want_edits and any(f.fix is not None for f in findings):
+        own = {id(findings[i]): e for i, e in finding_edits(source, findings, job.settings, job.display).items()}
+        for outcome in result.findings:
+            outcome.edit = own.get(id(outcome.finding))
     if want_fixes:
         stable = fix_until_stable(source, findings, job.settings, job.display)
         result.notes.extend(stable.notes)
         if stable.source != source:
             # Fixed findings (where they were found) and what is left in the new source.
             result.new_source = stable.source
-            outcomes = [FixOutcome(f, applied=True) for f in stable.fixed] + [FixOutcome(f) for f in stable.remaining]
+            outcomes = [FixOutcome(f, applied=True, edit=own.get(id(f))) for f in stable.fixed]
+            outcomes += [FixOutcome(f, edit=own.get(id(f))) for f in stable.remaining]
             result.findings = sorted(outcomes, key=lambda o: (o.finding.span, o.finding.code))
     return result
 

@@ -23,7 +23,7 @@ def _read_reason(exc: OSError) -> str:
     return "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
 
 
-def process_job(job: Job, want_fixes: bool) -> FileResult:
+def process_job(job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
     if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
         return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
     try:
@@ -33,7 +33,7 @@ def process_job(job: Job, want_fixes: bool) -> FileResult:
         return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
     try:
         with _collector_paused():
-            return process_source(source, job, want_fixes)
+            return process_source(source, job, want_fixes, want_edits)
     except RecursionError:
         result = FileResult(job.display, old_source=source)
         result.error, result.error_kind = "1:1: file is nested too deeply to analyse", "syntax"
@@ -63,7 +63,7 @@ def _collector_paused():
             gc.enable()
 
 
-def _process_star(args: tuple[Job, bool]) -> FileResult:
+def _process_star(args: tuple[Job, bool, bool]) -> FileResult:
     result = process_job(*args)
     if not result.findings and not result.changed:
         result.old_source = None  # nothing refers to it: don't ship the file back to the parent
@@ -75,17 +75,20 @@ def run_jobs(
     want_fixes: bool,
     workers: int | None = None,
     progress: Callable[[FileResult], None] | None = None,
+    want_edits: bool = False,
 ) -> list[FileResult]:
-    """Results in the order of ``jobs``; ``progress`` is called once per finished file."""
+    """Results in the order of ``jobs``; ``progress`` is called once per finished file.
+
+    ``want_edits``: record each finding's own edit (for SARIF fixes and interactive review)."""
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        results = (process_job(job, want_fixes) for job in jobs)
+        results = (process_job(job, want_fixes, want_edits) for job in jobs)
         return [_tick(r, progress) for r in results]
     from concurrent.futures import ProcessPoolExecutor  # only big runs pay for multiprocessing
 
     chunk = max(1, len(jobs) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk)
+        results = pool.map(_process_star, [(job, want_fixes, want_edits) for job in jobs], chunksize=chunk)
         return [_tick(r, progress) for r in results]
 
 
