@@ -38,6 +38,7 @@ from gradfix.report import (
     write_diff,
 )
 from gradfix.runner import run_jobs, write_results
+from gradfix.cache import cache_for_run
 
 app = typer.Typer(
     add_completion=False,
@@ -138,6 +139,10 @@ def check_command(
         help="With --apply: run CMD before and after; keep only the rules' fixes after which it still passes.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+    # -- scale: the result cache (gradfix.cache) --
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Neither read nor write the result cache (.gradfix_cache/, or $GRADFIX_CACHE_DIR)."
+    ),
 ) -> None:
     """Report findings (default), show fixes (--diff) or apply them (--apply)."""
     if diff and apply:
@@ -194,7 +199,8 @@ def check_command(
         raise typer.Exit(_review(jobs_list, jobs))
     try:
         want_edits = output_format is OutputFormat.sarif  # SARIF carries each finding's own fix
-        results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text, want_edits)
+        cache = cache_for_run(not no_cache)  # used by report mode only
+        results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text, want_edits, cache)
         exit_code = _emit(results, jobs_list, diff, apply, output_format, output_file, path_errors)
         if path_errors:
             exit_code = 2
@@ -238,18 +244,19 @@ def _review(jobs_list: list[Job], workers: int | None) -> int:
     return 1 if any(not o.applied for r in results for o in r.findings) else 0
 
 
-def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool, want_edits: bool = False):
+def _run_with_progress(
+    jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool, want_edits: bool = False, cache=None
+):
     """A progress bar on stderr for big runs, only on a terminal and only for text output."""
     if not (text and len(jobs_list) >= PROGRESS_MIN_FILES and use_color(sys.stderr)):
-        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, want_edits=want_edits)
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, want_edits=want_edits, cache=cache)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("gradfix"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, transient=True, console=_stderr_console()) as bar:
         task = bar.add_task("files", total=len(jobs_list))
-        return run_jobs(
-            jobs_list, want_fixes=want_fixes, workers=workers, progress=lambda _: bar.advance(task), want_edits=want_edits
-        )
+        advance = lambda _: bar.advance(task)  # noqa: E731
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, progress=advance, want_edits=want_edits, cache=cache)
 
 
 def _stderr_console():
