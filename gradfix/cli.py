@@ -39,6 +39,7 @@ from gradfix.report import (
 )
 from gradfix.runner import run_jobs, write_results
 from gradfix.cache import cache_for_run
+from gradfix.selection import SelectionError, select_jobs
 
 app = typer.Typer(
     add_completion=False,
@@ -139,9 +140,15 @@ def check_command(
         help="With --apply: run CMD before and after; keep only the rules' fixes after which it still passes.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
-    # -- scale: the result cache (gradfix.cache) --
+    # -- scale: cache, shards, changed files (gradfix.cache, gradfix.selection) --
     no_cache: bool = typer.Option(
         False, "--no-cache", help="Neither read nor write the result cache (.gradfix_cache/, or $GRADFIX_CACHE_DIR)."
+    ),
+    shard: Optional[str] = typer.Option(
+        None, "--shard", metavar="K/N", help="Check only shard K of N (1-based; a stable split by path), e.g. for a CI matrix."
+    ),
+    changed_since: Optional[str] = typer.Option(
+        None, "--changed-since", metavar="REF", help="Check only files changed against git REF (and untracked files)."
     ),
 ) -> None:
     """Report findings (default), show fixes (--diff) or apply them (--apply)."""
@@ -189,10 +196,15 @@ def check_command(
     except ConfigError as exc:
         _err(str(exc))
         raise typer.Exit(2)
+    try:
+        jobs_list = select_jobs(jobs_list, shard, changed_since)
+    except SelectionError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
     if not jobs_list:
         if path_errors:
             raise typer.Exit(2)
-        _err("no Python files found")
+        _err("no Python files found" if not (shard or changed_since) else "no files to check in this selection")
     if verify_cmd is not None:
         raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
     if interactive:
