@@ -26,6 +26,7 @@ from gradfix.config import (
     validate_codes,
 )
 from gradfix.engine import Job
+from gradfix.model import Settings
 from gradfix.files import PathError, discover
 from gradfix.report import (
     as_on_disk,
@@ -174,6 +175,7 @@ def check_command(
             rule_options=rule_options,
         )
         jobs_list = []
+        settings_of = _settings_resolver(cli)
         path_errors = 0  # a bad path is reported; the other paths are still checked
         excludes = list(exclude)
         extensions = (".py", ".ipynb") if notebooks else (".py",)
@@ -185,10 +187,9 @@ def check_command(
                     excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
             try:
                 for found in discover([path], exclude=excludes_here, extensions=extensions):
-                    config = config_for_file(found.path)
+                    config, settings = settings_of(found.path, found.explicit)
                     if not found.explicit and _excluded_by_config(found.path, config):
                         continue
-                    settings = settings_for(found.path, config, cli)
                     jobs_list.append(Job(str(found.path), settings, _display(found.path)))
             except PathError as exc:
                 _err(str(exc))
@@ -224,6 +225,28 @@ def check_command(
 
 
 PROGRESS_MIN_FILES = 50
+
+
+def _settings_resolver(cli: CliOverrides):
+    """(config, settings) of a file, looked up once per folder; one Settings object per config
+    unless per-file-ignores make them differ (a named file: by its own resolved path)."""
+    folders: dict[Path, object] = {}
+    shared: dict[int, Settings] = {}
+
+    def settings_of(path: Path, explicit: bool):
+        if explicit:
+            config = config_for_file(path)
+        else:
+            config = folders.get(path.parent)
+            if config is None:
+                config = folders[path.parent] = config_for_dir(path.parent.resolve())
+        if config.per_file_ignores:
+            return config, settings_for(path, config, cli)
+        if id(config) not in shared:
+            shared[id(config)] = settings_for(path, config, cli)
+        return config, shared[id(config)]
+
+    return settings_of
 
 
 def _migrate(jobs_list: list[Job], command: str, workers: int | None) -> int:

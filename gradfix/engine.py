@@ -101,12 +101,13 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     """
     text = decode_source(source)
     tree = parse(source, path)  # always: a syntax error is reported even where no rule applies
-    chosen = selected_rules(settings)
+    chosen = _selected_for(settings)
+    found: dict[str, bool] = {}  # each trigger string is searched for once (rules share them)
+    triggered = [r for r in chosen if not r.triggers or any(_contains(text, t, found) for t in r.triggers)]
+    if not triggered:
+        return []  # no facts for a file no rule's trigger admits
     enabled = [r.code for r in chosen]
-    rules = [r(settings.options_for(r.code), enabled) for r in chosen]
-    rules = [r for r in rules if _triggered(r, text)]
-    if not rules:
-        return []
+    rules = [r(settings.options_for(r.code), enabled) for r in triggered]
     facts = build_facts(text, path, tree)
     findings: list[Finding] = []
     for rule in rules:
@@ -115,8 +116,20 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     return _dedupe(findings)
 
 
-def _triggered(rule: Rule, text: str) -> bool:
-    return not rule.triggers or any(t in text for t in rule.triggers)
+def _contains(text: str, trigger: str, found: dict[str, bool]) -> bool:
+    hit = found.get(trigger)
+    if hit is None:
+        hit = found[trigger] = trigger in text
+    return hit
+
+
+_last_selection: list = [None, ()]  # (settings, its rules): a run checks many files with one Settings
+
+
+def _selected_for(settings: Settings) -> list[type[Rule]]:
+    if _last_selection[0] is not settings:
+        _last_selection[:] = [settings, selected_rules(settings)]
+    return _last_selection[1]
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -263,13 +276,14 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
 
 
 def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
-    from gradfix.fixer import FixRun
     from gradfix.notebook import process_notebook
 
     def check_cells(text: str) -> list[Finding]:
         return check(text, job.display, job.settings)
 
     def fix_cells(text: str, findings: list[Finding]) -> FixRun:
+        from gradfix.fixer import FixRun
+
         stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display)
         return FixRun(stable.source, stable.first_pass, stable.notes)
 

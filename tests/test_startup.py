@@ -38,8 +38,14 @@ def _file_with_findings(tmp_path):
 
 def test_report_mode_imports_no_libcst_torch_or_rich(tmp_path):
     path = _file_with_findings(tmp_path)
+    notebook = {
+        "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "source": path.read_text().splitlines(True)}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    (tmp_path / "train.ipynb").write_text(json.dumps(notebook))
     for fmt in ("text", "json", "github"):
-        assert _loaded(str(path), "--format", fmt) == []
+        assert _loaded(str(tmp_path), "--format", fmt, "--no-cache") == []
+        assert _loaded(str(tmp_path), "--format", fmt) == []  # the cache, cold then warm
 
 
 def test_version_imports_nothing_heavy():
