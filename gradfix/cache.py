@@ -10,9 +10,14 @@ every key changes when the index does; it defaults to ``""``).
 Entries live in ``.gradfix_cache/`` at the project root (the nearest folder above the current
 one holding ``pyproject.toml`` or ``.git``, else the current folder), or in
 ``$GRADFIX_CACHE_DIR``; the folder carries its own ``.gitignore`` (``*``) so git ignores it.
-Each entry is written to a temporary file and renamed into place, so concurrent runs never see
-half an entry. An entry is checked before use (its key and a hash of its content) and decoded
-field by field into plain values; a truncated, garbled or foreign entry is ignored and rebuilt.
+All entries of one gradfix build (and project digest) sit in one file, read once at the first
+look-up and written once at the end of a run (creating a file per source file costs more
+than analysing it on some file systems): the new file holds this run's entries and the old
+entries of files this run did not check. It is written to a temporary file and renamed into
+place, so concurrent runs never see half of it (the last one wins; the other's entries are
+merely missed next time). The file is checked before use (a hash of its content) and each
+entry is decoded field by field into plain values; a truncated, garbled or foreign file or
+entry is ignored and rebuilt.
 
 Only results that report (text, json, github, sarif) are cached: ``--diff``, ``--apply`` and
 interactive review always analyse the file bytes they read. Cached findings carry no rule
@@ -87,18 +92,14 @@ def cache_for_run(enabled: bool) -> Cache | None:
 
 
 class Cache:
-    """Report-mode results on disk. Picklable: worker processes get a copy."""
+    """Report-mode results on disk, for one run (the parent process reads and writes it)."""
 
     def __init__(self, directory: Path, project_digest: str = ""):
         self.directory = Path(directory)
         self.project_digest = project_digest
         self._settings_memo: dict[int, tuple[Settings, str]] = {}
-
-    def __getstate__(self):
-        return {"directory": self.directory, "project_digest": self.project_digest}
-
-    def __setstate__(self, state):
-        self.__init__(state["directory"], state["project_digest"])
+        self._stored: dict[str, dict] | None = None  # key -> {"path": display, "result": ...}
+        self._used: dict[str, dict] = {}  # entries hit or made in this run
 
     def key(self, source: bytes, display: str, settings: Settings, want_edits: bool) -> str:
         memo = self._settings_memo.get(id(settings))
@@ -106,56 +107,75 @@ class Cache:
             memo = self._settings_memo[id(settings)] = (settings, settings_digest(settings))
         return cache_key(source, display, memo[1], want_edits, self.project_digest)
 
-    def _entry(self, key: str) -> Path:
-        return self.directory / f"v{FORMAT}" / key[:2] / key
+    @property
+    def path(self) -> Path:
+        name = hashlib.sha256(f"{code_fingerprint()}\0{self.project_digest}".encode()).hexdigest()[:24]
+        return self.directory / f"v{FORMAT}" / f"{name}.json"
+
+    def _entries(self) -> dict[str, dict]:
+        if self._stored is None:
+            self._stored = {}
+            try:
+                raw = self.path.read_bytes()
+                head, _, body = raw.partition(b"\n")
+                if head.decode("ascii") == f"gradfix-cache {hashlib.sha256(body).hexdigest()}":
+                    entries = json.loads(body)
+                    if isinstance(entries, dict):
+                        self._stored = entries
+            except (OSError, ValueError, UnicodeDecodeError):
+                pass
+        return self._stored
 
     def get(self, key: str, display: str, source: bytes) -> FileResult | None:
         """The cached result, or None when there is none or it cannot be trusted."""
+        entry = self._entries().get(key)
         try:
-            raw = self._entry(key).read_bytes()
-            head, _, body = raw.partition(b"\n")
-            stored_key, _, check = head.decode("ascii").partition(" ")
-            if stored_key != key or hashlib.sha256(body).hexdigest() != check:
+            if not isinstance(entry, dict) or entry.get("path") != display:
                 return None
-            return _decode(json.loads(body), display, source)
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+            result = _decode(entry["result"], display, source)
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
+        self._used[key] = entry
+        return result
 
-    def put(self, key: str, result: FileResult) -> None:
-        """Store ``result``; a cache that cannot be written is skipped without a word."""
+    def put(self, key: str, display: str, result: FileResult) -> None:
         try:
-            body = json.dumps(_encode(result), separators=(",", ":")).encode()
+            self._used[key] = {"path": display, "result": _encode(result)}
         except (TypeError, ValueError):
-            return
-        data = f"{key} {hashlib.sha256(body).hexdigest()}\n".encode() + body
-        import tempfile
+            pass
 
-        entry = self._entry(key)
-        try:
-            self._prepare(entry.parent)
-            handle, temp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
-            try:
-                with os.fdopen(handle, "wb") as out:
-                    out.write(data)
-                os.replace(temp, entry)
-            except BaseException:
-                with _quiet():
-                    os.unlink(temp)
-                raise
-        except OSError:
+    def save(self) -> None:
+        """Write this run's entries, and the stored ones of files it did not check; a cache
+        that cannot be written is skipped without a word."""
+        if not self._used:
             return
+        checked = {e["path"] for e in self._used.values()}
+        kept = {k: e for k, e in self._entries().items() if isinstance(e, dict) and e.get("path") not in checked}
+        merged = {**kept, **self._used}
+        if merged == self._stored:
+            return  # a warm run: nothing new
+        body = json.dumps(merged, separators=(",", ":")).encode()
+        data = f"gradfix-cache {hashlib.sha256(body).hexdigest()}\n".encode() + body
+        target = self.path
+        temp = target.with_name(f".tmp-{os.getpid()}-{target.name}")
+        try:
+            self._prepare(target.parent)
+            with open(temp, "wb") as out:
+                out.write(data)
+            os.replace(temp, target)
+        except OSError:
+            with _quiet():
+                os.unlink(temp)
 
     def _prepare(self, folder: Path) -> None:
         if folder.is_dir():
             return
-        fresh = not self.directory.exists()
         folder.mkdir(parents=True, exist_ok=True)
-        if fresh or not (self.directory / ".gitignore").exists():
-            with _quiet():
-                (self.directory / ".gitignore").write_text("# Created by gradfix: the cache is not part of the project.\n*\n")
-                (self.directory / "CACHEDIR.TAG").write_text(
-                    "Signature: 8a477f597d28d172789f06886806bc55\n# This is gradfix's cache (https://bford.info/cachedir/).\n"
-                )
+        with _quiet():
+            (self.directory / ".gitignore").write_text("# Created by gradfix: the cache is not part of the project.\n*\n")
+            (self.directory / "CACHEDIR.TAG").write_text(
+                "Signature: 8a477f597d28d172789f06886806bc55\n# This is gradfix's cache (https://bford.info/cachedir/).\n"
+            )
 
 
 class _quiet:

@@ -24,9 +24,7 @@ def _read_reason(exc: OSError) -> str:
     return "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
 
 
-def process_job(job: Job, want_fixes: bool, want_edits: bool = False, cache: Cache | None = None) -> FileResult:
-    """One file's result. With a ``cache``, a report (not ``want_fixes``) of unchanged bytes
-    under unchanged settings is read back instead of computed."""
+def process_job(job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
     if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
         return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
     try:
@@ -34,18 +32,6 @@ def process_job(job: Job, want_fixes: bool, want_edits: bool = False, cache: Cac
             source = handle.read()
     except OSError as exc:
         return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
-    if cache is None or want_fixes:
-        return _analysed(source, job, want_fixes, want_edits)
-    key = cache.key(source, job.display, job.settings, want_edits)
-    result = cache.get(key, job.display, source)
-    if result is None:
-        result = _analysed(source, job, want_fixes, want_edits)
-        if result.error_kind in (None, "syntax"):  # never an internal error: the next run retries
-            cache.put(key, result)
-    return result
-
-
-def _analysed(source: bytes, job: Job, want_fixes: bool, want_edits: bool) -> FileResult:
     try:
         with _collector_paused():
             return process_source(source, job, want_fixes, want_edits)
@@ -78,7 +64,7 @@ def _collector_paused():
             gc.enable()
 
 
-def _process_star(args: tuple[Job, bool, bool, Cache | None]) -> FileResult:
+def _process_star(args: tuple[Job, bool, bool]) -> FileResult:
     result = process_job(*args)
     if not result.findings and not result.changed:
         result.old_source = None  # nothing refers to it: don't ship the file back to the parent
@@ -96,37 +82,56 @@ def run_jobs(
     """Results in the order of ``jobs``; ``progress`` is called once per finished file.
 
     ``want_edits``: record each finding's own edit (for SARIF fixes and interactive review).
-    ``cache``: reuse and store report-mode results (see gradfix.cache). Hits are read here, so
-    a warm run starts no worker processes."""
+    ``cache``: reuse and store report-mode results (see gradfix.cache). The cache is read and
+    written here, in the calling process: a warm run starts no worker processes."""
     if cache is None or want_fixes:
-        return _compute(jobs, want_fixes, workers, progress, want_edits, cache)
-    results = [_cached(job, want_edits, cache) for job in jobs]
-    missing = [job for job, result in zip(jobs, results) if result is None]
-    fresh = iter(_compute(missing, want_fixes, workers, progress, want_edits, cache))
-    return [next(fresh) if result is None else _tick(result, progress) for result in results]
+        return _compute(jobs, want_fixes, workers, progress, want_edits)
+    keys = [_cache_key(job, want_edits, cache) for job in jobs]
+    results = [None if key is None else cache.get(key, job.display, source) for job, (key, source, _) in zip(jobs, keys)]
+    missing = [i for i, result in enumerate(results) if result is None]
+    fresh = _compute([jobs[i] for i in missing], want_fixes, workers, progress, want_edits)
+    for i, result in zip(missing, fresh):
+        key, _, seen = keys[i]
+        # Only a result of the bytes the key was made of (the file did not change meanwhile),
+        # and never an internal error: the next run retries.
+        if key is not None and result.error_kind in (None, "syntax") and _signature(jobs[i].path) == seen:
+            cache.put(key, jobs[i].display, result)
+        results[i] = result
+    cache.save()
+    fresh_ones = set(missing)
+    return [r if i in fresh_ones else _tick(r, progress) for i, r in enumerate(results)]
 
 
-def _cached(job: Job, want_edits: bool, cache: Cache) -> FileResult | None:
+def _signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _cache_key(job: Job, want_edits: bool, cache: Cache) -> tuple[str | None, bytes | None, tuple | None]:
     try:
         if not os.path.isfile(job.path):
-            return None  # process_job says what is wrong with it
+            return None, None, None  # process_job says what is wrong with it
+        seen = _signature(job.path)
         with open(job.path, "rb") as handle:
             source = handle.read()
     except OSError:
-        return None
-    return cache.get(cache.key(source, job.display, job.settings, want_edits), job.display, source)
+        return None, None, None
+    return cache.key(source, job.display, job.settings, want_edits), source, seen
 
 
-def _compute(jobs, want_fixes, workers, progress, want_edits, cache) -> list[FileResult]:
+def _compute(jobs, want_fixes, workers, progress, want_edits) -> list[FileResult]:
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        results = (process_job(job, want_fixes, want_edits, cache) for job in jobs)
+        results = (process_job(job, want_fixes, want_edits) for job in jobs)
         return [_tick(r, progress) for r in results]
     from concurrent.futures import ProcessPoolExecutor  # only big runs pay for multiprocessing
 
     chunk = max(1, len(jobs) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(_process_star, [(job, want_fixes, want_edits, cache) for job in jobs], chunksize=chunk)
+        results = pool.map(_process_star, [(job, want_fixes, want_edits) for job in jobs], chunksize=chunk)
         return [_tick(r, progress) for r in results]
 
 

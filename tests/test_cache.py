@@ -3,6 +3,7 @@ to decide what --apply writes."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ from gradfix import cli, engine
 from gradfix.cache import Cache, cache_key
 from gradfix.engine import Job
 from gradfix.model import Settings
-from gradfix.runner import process_job
+from gradfix.runner import run_jobs
 
 BUGGY = "import torch\nfrom torch.autograd import Variable\n\nwith torch.no_grad:\n    y = Variable(x)\n"
 NOTEBOOK = {
@@ -46,7 +47,8 @@ def run(capsys, *args) -> tuple[int, str, str]:
 
 
 def entries(tree: Path) -> list[Path]:
-    return sorted(p for p in (tree / "cache").rglob("*") if p.is_file() and p.parent.name != "cache")
+    """The cache files (one per gradfix build and project digest)."""
+    return sorted(p for p in (tree / "cache").rglob("*.json"))
 
 
 FORMATS = ("text", "json", "sarif", "github")
@@ -97,46 +99,78 @@ def _corruptions(data: bytes) -> list[bytes]:
         data[:-1],
         b"\x00\xff garbage \n{",
         head + b"\n" + body.replace(b"GF101", b"GF999"),  # content does not match its hash
-        head + b"\n" + b"[]",
-        b"0" * 64 + b" " + head.split(b" ")[1] + b"\n" + body,  # another key
+        b"gradfix-cache " + hashlib.sha256(b"[]").hexdigest().encode() + b"\n[]",  # well formed, not a table
     ]
 
 
-def test_corrupt_entries_are_ignored_and_rebuilt(tree, capsys):
+def test_corrupt_cache_files_are_ignored_and_rebuilt(tree, capsys):
     expected = run(capsys, ".", "--format", "json")
-    for index in range(len(_corruptions(b"x \n"))):
-        for entry in entries(tree):
-            entry.write_bytes(_corruptions(entry.read_bytes())[index] if index else b"")
+    (cache_file,) = entries(tree)
+    good = cache_file.read_bytes()
+    for index, broken in enumerate(_corruptions(good)):
+        cache_file.write_bytes(broken)
         assert run(capsys, ".", "--format", "json") == expected, index
-        # Rebuilt: the next run reads valid entries again.
-        assert all(e.read_bytes().partition(b"\n")[2].startswith(b"{") for e in entries(tree))
+        assert cache_file.read_bytes() == good, index  # rebuilt
 
 
-def test_forged_but_well_formed_entry_is_still_checked_field_by_field(tree):
+def _forge(cache: Cache, key: str, entry) -> None:
+    body = json.dumps({key: entry}).encode()
+    cache.path.parent.mkdir(parents=True, exist_ok=True)
+    cache.path.write_bytes(f"gradfix-cache {hashlib.sha256(body).hexdigest()}\n".encode() + body)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"path": "pkg/train.py", "result": {"findings": [{"code": 1}], "error": None, "error_kind": None, "notes": []}},
+        {"path": "pkg/train.py", "result": {"findings": "GF101", "error": None, "error_kind": None, "notes": []}},
+        {"path": "elsewhere.py", "result": {"findings": [], "error": None, "error_kind": None, "notes": []}},
+        ["not", "an", "entry"],
+    ],
+)
+def test_forged_but_well_formed_entries_are_checked_field_by_field(tree, entry):
     job = Job(str(tree / "pkg" / "train.py"), Settings(), "pkg/train.py")
     cache = Cache(tree / "cache")
-    source = (tree / "pkg" / "train.py").read_bytes()
-    key = cache.key(source, job.display, job.settings, False)
-    process_job(job, False, cache=cache)
-    entry = next(e for e in entries(tree) if e.name == key)
-    body = json.dumps({"findings": [{"code": 1}], "error": None, "error_kind": None, "notes": []}).encode()
-    import hashlib
-
-    entry.write_bytes(f"{key} {hashlib.sha256(body).hexdigest()}\n".encode() + body)
-    assert cache.get(key, job.display, source) is None
-    assert [o.finding.code for o in process_job(job, False, cache=cache).findings] == ["GF101", "GF402"]
+    key = cache.key((tree / "pkg" / "train.py").read_bytes(), job.display, job.settings, False)
+    _forge(cache, key, entry)
+    (result,) = run_jobs([job], False, cache=Cache(tree / "cache"))
+    assert [o.finding.code for o in result.findings] == ["GF101", "GF402"]
 
 
 def test_apply_never_trusts_the_cache(tree, capsys):
     # A well-formed entry that says "no findings" for the file as it is on disk:
-    from gradfix.model import FileResult
-
     cache = Cache(tree / "cache")
-    source = (tree / "pkg" / "train.py").read_bytes()
-    cache.put(cache.key(source, "pkg/train.py", Settings(), False), FileResult("pkg/train.py"))
+    key = cache.key((tree / "pkg" / "train.py").read_bytes(), "pkg/train.py", Settings(), False)
+    _forge(cache, key, {"path": "pkg/train.py", "result": {"findings": [], "error": None, "error_kind": None, "notes": []}})
     assert "All checks passed!" in run(capsys, "pkg/train.py")[1]  # report mode believes it
     run(capsys, "--apply", "pkg/train.py")
     assert "torch.no_grad():" in (tree / "pkg" / "train.py").read_text()  # --apply does not
+
+
+def test_runs_over_parts_of_a_tree_keep_each_others_entries(tree, capsys, monkeypatch):
+    run(capsys, "pkg")
+    run(capsys, "broken.py")
+
+    def no_analysis(*args, **kwargs):
+        raise AssertionError("cached")
+
+    monkeypatch.setattr(engine, "check", no_analysis)
+    assert "GF101" in run(capsys, "pkg")[1] and "syntax error" in run(capsys, "broken.py")[1]
+
+
+def test_a_file_changed_while_it_is_analysed_is_not_cached(tree, capsys, monkeypatch):
+    from gradfix import runner
+
+    real = runner.process_job
+
+    def edit_meanwhile(job, *args, **kwargs):
+        result = real(job, *args, **kwargs)
+        Path(job.path).write_text(BUGGY + "# edited\n")
+        return result
+
+    monkeypatch.setattr(runner, "process_job", edit_meanwhile)
+    run(capsys, "pkg/train.py")
+    assert not entries(tree)
 
 
 def test_key_takes_every_input_into_account():
@@ -160,4 +194,4 @@ def test_concurrent_runs_share_one_cache(tree):
     outputs = {p.communicate(timeout=120)[0] for p in runs}
     again = subprocess.run(command, cwd=tree, env=env, capture_output=True, timeout=120).stdout
     assert outputs == {again}
-    assert not [p for p in (tree / "cache").rglob(".tmp-*")]
+    assert not [p for p in (tree / "cache").rglob(".tmp-*")] and len(entries(tree)) == 1
