@@ -98,15 +98,21 @@ def own_edits(
     askers = adders | removers
     # The nodes themselves first; their line ends only for what no node claims.
     owners = [near.owners(s, e) or wide.owners(s, e) for s, e, _, _ in chunks]
-    for k, found in enumerate(owners):
-        if found:
-            continue
-        # Between two chunks of the same finding (a blank or comment line its fix re-indents or
-        # drops): that finding's. Elsewhere: an import change.
-        before = next((o for o in reversed(owners[:k]) if o), set())
-        after = next((o for o in owners[k + 1 :] if o), set())
-        s, e, ns, ne = chunks[k]
-        owners[k] = (before & after) or _import_owners(s == e, ns == ne, adders, removers, askers)
+    # An unclaimed chunk between two chunks of the same finding (a blank or comment line its
+    # fix re-indents or drops) is that finding's; elsewhere it is an import change.
+    before: list[set[int]] = []
+    last: set[int] = set()
+    for found in owners:
+        before.append(last)
+        last = found or last
+    after: list[set[int]] = [set()] * len(owners)
+    last = set()
+    for k in range(len(owners) - 1, -1, -1):
+        after[k] = last
+        last = owners[k] or last
+    for k, (s, e, ns, ne) in enumerate(chunks):
+        if not owners[k]:
+            owners[k] = (before[k] & after[k]) or _import_owners(s == e, ns == ne, adders, removers, askers)
     out: dict[int, list[TextEdit]] = {}
     run_start: dict[int, tuple[int, int, int]] = {}  # finding -> (last chunk index, old start, new start)
     for k, ((s, e, ns, ne), found) in enumerate(zip(chunks, owners)):
