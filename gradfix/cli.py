@@ -41,6 +41,8 @@ from gradfix.report import (
     write_diff,
 )
 from gradfix.runner import run_jobs, write_results
+from gradfix.cache import cache_for_run
+from gradfix.selection import SelectionError, select_jobs
 
 app = typer.Typer(
     add_completion=False,
@@ -198,6 +200,16 @@ def check_command(
     ),
     color: ColorChoice = COLOR_OPTION,
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks of internal errors."),
+    # -- scale: cache, shards, changed files (gradfix.cache, gradfix.selection) --
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Neither read nor write the result cache (.gradfix_cache/, or $GRADFIX_CACHE_DIR)."
+    ),
+    shard: Optional[str] = typer.Option(
+        None, "--shard", metavar="K/N", help="Check only shard K of N (1-based; a stable split by path), e.g. for a CI matrix."
+    ),
+    changed_since: Optional[str] = typer.Option(
+        None, "--changed-since", metavar="REF", help="Check only files changed against git REF (and untracked files)."
+    ),
 ) -> None:
     """Report findings (default), show fixes (--diff) or apply them (--apply)."""
     _set_color(color)
@@ -250,10 +262,15 @@ def check_command(
     except ConfigError as exc:
         _err(str(exc))
         raise typer.Exit(2)
+    try:
+        jobs_list = select_jobs(jobs_list, shard, changed_since)
+    except SelectionError as exc:
+        _err(str(exc))
+        raise typer.Exit(2)
     if not jobs_list:
         if path_errors or walk_errors:
             raise typer.Exit(2)
-        _err("no Python files found")
+        _err("no Python files found" if not (shard or changed_since) else "no files to check in this selection")
     elif not quiet:
         for warning in _inert_extend_select(jobs_list[0].settings, cli.extend_select):
             _err(warning)
@@ -265,7 +282,9 @@ def check_command(
         if stdin:
             results = [_process_stdin(jobs_list[0], diff or apply)]
         else:
-            results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text)
+            want_edits = output_format is OutputFormat.sarif  # SARIF carries each finding's own fix
+            cache = cache_for_run(not no_cache)  # used by report mode only
+            results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text, want_edits, cache)
         exit_code = _emit(results, jobs_list, out, path_errors)
         if path_errors or walk_errors:
             exit_code = 2
@@ -285,6 +304,7 @@ def _jobs_for(
     were bad (each reported: the other paths are still checked). A folder that cannot be read
     goes to ``on_error`` and the walk goes on."""
     jobs_list = []
+    settings_of = _settings_resolver(cli)
     path_errors = 0
     excludes = list(exclude)
     extensions = (".py", ".ipynb") if notebooks else (".py",)
@@ -296,10 +316,9 @@ def _jobs_for(
                 excludes_here = excludes + list(config.exclude)  # prune while walking (same base)
         try:
             for found in discover([path], exclude=excludes_here, extensions=extensions, on_error=on_error):
-                config = config_for_file(found.path)
+                config, settings = settings_of(found.path, found.explicit)
                 if not found.explicit and _excluded_by_config(found.path, config):
                     continue
-                settings = settings_for(found.path, config, cli)
                 jobs_list.append(Job(str(found.path), settings, _display(found.path)))
         except PathError as exc:
             _err(str(exc))
@@ -362,6 +381,28 @@ def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[
 PROGRESS_MIN_FILES = 50
 
 
+def _settings_resolver(cli: CliOverrides):
+    """(config, settings) of a file, looked up once per folder; one Settings object per config
+    unless per-file-ignores make them differ (a named file: by its own resolved path)."""
+    folders: dict[Path, object] = {}
+    shared: dict[int, Settings] = {}
+
+    def settings_of(path: Path, explicit: bool):
+        if explicit:
+            config = config_for_file(path)
+        else:
+            config = folders.get(path.parent)
+            if config is None:
+                config = folders[path.parent] = config_for_dir(path.parent.resolve())
+        if config.per_file_ignores:
+            return config, settings_for(path, config, cli)
+        if id(config) not in shared:
+            shared[id(config)] = settings_for(path, config, cli)
+        return config, shared[id(config)]
+
+    return settings_of
+
+
 def _migrate(jobs_list: list[Job], command: str, workers: int | None) -> int:
     from gradfix.migrate import migrate, render
 
@@ -381,7 +422,7 @@ def _review(jobs_list: list[Job], workers: int | None) -> int:
     for job in jobs_list:
         if job.path.endswith(".ipynb"):
             _err(f"{job.display}: interactive review does not cover notebooks yet: its findings are listed below; use --diff / --apply for it")
-    results = run_jobs(jobs_list, want_fixes=False, workers=workers)
+    results = run_jobs(jobs_list, want_fixes=False, workers=workers, want_edits=True)  # each fix's own hunk
     errors = review(results, jobs_list)
     for error in errors:
         _err(error)
@@ -395,16 +436,19 @@ def _review(jobs_list: list[Job], workers: int | None) -> int:
     return 1 if any(not o.applied for r in results for o in r.findings) else 0
 
 
-def _run_with_progress(jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool):
+def _run_with_progress(
+    jobs_list: list[Job], want_fixes: bool, workers: int | None, text: bool, want_edits: bool = False, cache=None
+):
     """A progress bar on stderr for big runs, only on a terminal and only for text output."""
     if not (text and len(jobs_list) >= PROGRESS_MIN_FILES and sys.stderr.isatty()):
-        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers)
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, want_edits=want_edits, cache=cache)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn("gradfix"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, transient=True, console=_stderr_console()) as bar:
         task = bar.add_task("files", total=len(jobs_list))
-        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, progress=lambda _: bar.advance(task))
+        advance = lambda _: bar.advance(task)  # noqa: E731
+        return run_jobs(jobs_list, want_fixes=want_fixes, workers=workers, progress=advance, want_edits=want_edits, cache=cache)
 
 
 def _stderr_console():
@@ -486,7 +530,7 @@ def _report_lines(
     if out.output_format is OutputFormat.sarif:
         from gradfix.sarif import sarif_report
 
-        return [sarif_report(results, {j.display: j.settings for j in jobs_list})]
+        return [sarif_report(results)]
     from gradfix.sarif import github_report
 
     return github_report(results)
@@ -638,8 +682,9 @@ COMMANDS = {"check", "rules", "explain", "verify", "server", "version"}
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("--version", "-V"):
-        args = ["version"]
-    elif args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
+        print(f"gradfix {__version__}")  # without building the typer app (its option parsing imports pydantic)
+        return
+    if args and args[0] not in COMMANDS and args[0] not in ("-h", "--help"):
         args = ["check", *args]
     debug = "--debug" in args
     previous = os.environ.get("GRADFIX_DEBUG")

@@ -11,15 +11,17 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gradfix import formfeed
 from gradfix.facts import build_facts
-from gradfix.fixer import FixContext, FixRun, apply_fixes
 from gradfix.hints import syntax_hint, unknown_suppression_codes
 from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
 from gradfix.rule import Rule
 from gradfix.rules import all_rules
+
+if TYPE_CHECKING:  # the fixer (and LibCST with it) is imported only when a fix is wanted
+    from gradfix.fixer import FixContext, FixRun
 
 _IGNORE = re.compile(r"#\s*gradfix:\s*ignore(?:\[(?P<codes>[^\]]*)\])?", re.IGNORECASE)
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -102,12 +104,13 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     """
     text = decode_source(source)
     tree = parse(source, path)  # always: a syntax error is reported even where no rule applies
-    chosen = selected_rules(settings)
+    chosen = _selected_for(settings)
+    found: dict[str, bool] = {}  # each trigger string is searched for once (rules share them)
+    triggered = [r for r in chosen if not r.triggers or any(_contains(text, t, found) for t in r.triggers)]
+    if not triggered:
+        return []  # no facts for a file no rule's trigger admits
     enabled = [r.code for r in chosen]
-    rules = [r(settings.options_for(r.code), enabled) for r in chosen]
-    rules = [r for r in rules if _triggered(r, text)]
-    if not rules:
-        return []
+    rules = [r(settings.options_for(r.code), enabled) for r in triggered]
     facts = build_facts(text, path, tree)
     findings: list[Finding] = []
     for rule in rules:
@@ -116,8 +119,20 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     return _dedupe(findings)
 
 
-def _triggered(rule: Rule, text: str) -> bool:
-    return not rule.triggers or any(t in text for t in rule.triggers)
+def _contains(text: str, trigger: str, found: dict[str, bool]) -> bool:
+    hit = found.get(trigger)
+    if hit is None:
+        hit = found[trigger] = trigger in text
+    return hit
+
+
+_last_selection: list = [None, ()]  # (settings, its rules): a run checks many files with one Settings
+
+
+def _selected_for(settings: Settings) -> list[type[Rule]]:
+    if _last_selection[0] is not settings:
+        _last_selection[:] = [settings, selected_rules(settings)]
+    return _last_selection[1]
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -154,7 +169,76 @@ def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Se
     wanted = [f if f is not None and wants_fix(f, settings) else None for f in findings]
     if not any(wanted):
         return None
+    from gradfix.fixer import apply_fixes
+
     return apply_fixes(source, wanted, _builder(settings), path)
+
+
+def finding_edits(source: bytes, findings: Sequence[Finding], settings: Settings, path: str = "<string>") -> dict[int, tuple]:
+    """Each fixable finding's own edit (unsafe ones too) as text replacements in ``source``,
+    by index into ``findings``: what its fix alone would change.
+
+    One fix pass over the whole file is cut into per-finding edits (gradfix.edits); a fix that
+    lost to an overlapping outer one gets its edit from a further pass, so the cost is a few
+    LibCST passes per file however many findings it has.
+    """
+    from dataclasses import replace
+
+    from gradfix.edits import own_edits
+
+    settings = replace(settings, unsafe_fixes=True)
+    old = decode_source(source)
+    edits: dict[int, tuple] = {}
+    for _ in range(FIX_PASSES):
+        run = fix_findings(source, [f if i not in edits else None for i, f in enumerate(findings)], settings, path)
+        if run is None or not run.applied:
+            break
+        found = own_edits(old, decode_source(run.source), run.node_spans, run.imports)
+        for index in run.applied:
+            edits[index] = found.get(index, ())
+    edits = {i: e for i, e in edits.items() if e}
+    return _checked_edits(source, old, findings, edits, settings, path)
+
+
+# Cutting one whole-file fix into per-finding edits is a diff heuristic: two nearby fixes can
+# be aligned wrongly. In a file with few fixes each cut is checked against that finding's fix
+# alone (and replaced by it where they differ); in a bigger file a cut that does not compile
+# when applied alone is dropped (the finding is then reported without a per-finding fix).
+EXACT_EDIT_CHECK_MAX = 16
+
+
+def _checked_edits(source: bytes, old: str, findings: Sequence[Finding], edits: dict, settings: Settings, path: str) -> dict:
+    from gradfix.model import TextEdit
+
+    def applied(cut) -> str:
+        out, at = [], 0
+        for edit in sorted(cut, key=lambda e: (e.start, e.end)):
+            out += [old[at : edit.start], edit.new]
+            at = edit.end
+        return "".join(out) + old[at:]
+
+    checked = {}
+    for index, cut in edits.items():
+        if len(edits) <= EXACT_EDIT_CHECK_MAX:
+            run = fix_findings(source, [findings[index]], settings, path)
+            if run is None or 0 not in run.applied or run.source == source:
+                continue
+            alone = decode_source(run.source)
+            if applied(cut) != alone:  # one replacement from the first to the last changed character
+                start, shortest = 0, min(len(old), len(alone))
+                while start < shortest and old[start] == alone[start]:
+                    start += 1
+                tail = 0
+                while tail < shortest - start and old[-1 - tail] == alone[-1 - tail]:
+                    tail += 1
+                cut = (TextEdit(start, len(old) - tail, alone[start : len(alone) - tail]),)
+        else:
+            try:
+                compile(applied(cut), path, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError):
+                continue
+        checked[index] = cut
+    return checked
 
 
 # A fix can uncover another finding (GF101 makes a `with` a real grad context that GF203 then
@@ -230,7 +314,9 @@ class Job:
     display: str  # the path as shown to the user
 
 
-def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
+def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
+    """Findings of one file; with ``want_fixes`` the fixed source too; with ``want_edits`` each
+    finding of the file as given carries its own edit (``FixOutcome.edit``)."""
     if job.path.endswith(".ipynb"):
         return _process_notebook(source, job, want_fixes)
     result = FileResult(job.display, old_source=source)
@@ -241,13 +327,19 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return result
     result.findings = [FixOutcome(f) for f in findings]
     result.notes.extend(unknown_suppression_codes(source, tuple(r.code for r in all_rules())))
+    own = {}
+    if want_edits and any(f.fix is not None for f in findings):
+        own = {id(findings[i]): e for i, e in finding_edits(source, findings, job.settings, job.display).items()}
+        for outcome in result.findings:
+            outcome.edit = own.get(id(outcome.finding))
     if want_fixes:
         stable = fix_until_stable(source, findings, job.settings, job.display)
         result.notes.extend(stable.notes)
         if stable.source != source:
             # Fixed findings (where they were found) and what is left in the new source.
             result.new_source = stable.source
-            outcomes = [FixOutcome(f, applied=True) for f in stable.fixed] + [FixOutcome(f) for f in stable.remaining]
+            outcomes = [FixOutcome(f, applied=True, edit=own.get(id(f))) for f in stable.fixed]
+            outcomes += [FixOutcome(f, edit=own.get(id(f))) for f in stable.remaining]
             result.findings = sorted(outcomes, key=lambda o: (o.finding.span, o.finding.code))
     return result
 
@@ -259,6 +351,8 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return check(text, job.display, job.settings)
 
     def fix_cells(text: str, findings: list[Finding]) -> FixRun:
+        from gradfix.fixer import FixRun
+
         stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display)
         return FixRun(stable.source, stable.first_pass, stable.notes)
 

@@ -9,6 +9,7 @@ declaration survive.
 
 from __future__ import annotations
 
+import bisect
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence, TypeVar
@@ -127,6 +128,10 @@ class FixRun:
     source: bytes
     applied: set[int] = field(default_factory=set)  # indexes into the findings given
     notes: list[str] = field(default_factory=list)
+    #: For each applied finding: the spans (in the source given) of the nodes its edits replaced,
+    #: and whether it asked to add / remove imports. gradfix.edits splits the change by these.
+    node_spans: dict[int, list[Span]] = field(default_factory=dict)
+    imports: dict[int, tuple[bool, bool]] = field(default_factory=dict)
 
 
 BuildFix = Callable[[Finding, FixContext], "list[Edit] | None"]
@@ -190,17 +195,54 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
     # Outer edits first, so an edit nested in another one loses this run.
     candidates.sort(key=lambda c: (c[3].line, c[3].col, -c[3].end_line, -c[3].end_col))
     imports = _ImportRequest()
+    taken = _Taken()
+    asked: dict[int, tuple[bool, bool]] = {}
     for index, edits, spans, _, wanted in candidates:
-        if any(_overlaps(s, t) or s == t for _, _, taken in accepted for s in spans for t in taken):
+        if any(taken.overlaps(s) for s in spans):
             continue
+        taken.add(spans)
         accepted.append((index, edits, spans))
         imports.add += wanted.add
         imports.remove_if_unused += wanted.remove_if_unused
+        asked[index] = (bool(wanted.add), bool(wanted.remove_if_unused))
     replacements = {e.node: e.replacement for _, edits, _ in accepted for e in edits}
     new_module = ctx.module.visit(_ApplyEdits(replacements)) if replacements else ctx.module
     if replacements and (imports.add or imports.remove_if_unused):
         new_module = _fix_imports(new_module, imports)
-    return FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes)
+    return FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes, {i: s for i, _, s in accepted}, asked)
+
+
+class _Taken:
+    """The spans of the edits accepted so far, for overlap tests in O(log n) each.
+
+    Accepted spans never overlap one another, so sorted by (start, end) their ends never
+    decrease: of the spans starting before a new span ends, only the last can reach into it,
+    and an equal empty span starts where the new one does. (If one finding's own edits
+    overlap each other, that order is lost and every span is compared.)
+    """
+
+    def __init__(self):
+        self.keys: list[tuple[int, int, int, int]] = []
+        self.spans: list[Span] = []
+        self.compare_all = False
+
+    def overlaps(self, span: Span) -> bool:
+        if self.compare_all:
+            near = self.spans
+        else:
+            at = bisect.bisect_left(self.keys, (span.line, span.col))
+            end = bisect.bisect_left(self.keys, (span.end_line, span.end_col))
+            near = self.spans[at : at + 1] + self.spans[max(end - 1, 0) : end]
+        return any(_overlaps(span, t) or span == t for t in near)
+
+    def add(self, spans: list[Span]) -> None:
+        if any(_overlaps(s, t) or s == t for i, s in enumerate(spans) for t in spans[i + 1 :]):
+            self.compare_all = True
+        for span in spans:
+            key = (span.line, span.col, span.end_line, span.end_col)
+            at = bisect.bisect_left(self.keys, key)
+            self.keys.insert(at, key)
+            self.spans.insert(at, span)
 
 
 class _RemoveImportsKeepComments(RemoveImportsVisitor):
@@ -253,11 +295,12 @@ class _RemoveImportsKeepComments(RemoveImportsVisitor):
 
 def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:
     context = CodemodContext()
-    for mod, name in req.remove_if_unused:
+    # Each fix asks on its own: a thousand fixes ask a thousand times for the same import.
+    for mod, name in dict.fromkeys(req.remove_if_unused):
         RemoveImportsVisitor.remove_unused_import(context, mod, name)
     if req.remove_if_unused:
         module = _RemoveImportsKeepComments(context).transform_module(module)
-    for mod, name in req.add:
+    for mod, name in dict.fromkeys(req.add):
         AddImportsVisitor.add_needed_import(context, mod, name)
     if req.add:
         module = AddImportsVisitor(context).transform_module(module)

@@ -95,12 +95,27 @@ class Settings:
         return self.rule_options.get(code, {})
 
 
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace ``text[start:end]`` of a file's decoded text with ``new`` (offsets in characters)."""
+
+    start: int
+    end: int
+    new: str
+
+
 @dataclass
 class FixOutcome:
-    """A finding and whether its fix went into the new source."""
+    """A finding and whether its fix went into the new source.
+
+    ``edit`` is the finding's own fix as text replacements in the original source (recorded
+    once per file when asked for, e.g. for SARIF or interactive review); None: not computed or
+    no fix.
+    """
 
     finding: Finding
     applied: bool = False
+    edit: tuple[TextEdit, ...] | None = None
 
 
 @dataclass

@@ -6,13 +6,13 @@ import json
 import os
 import re
 import sys
-from typing import IO, Sequence
-
-from rich.console import Console
-from rich.text import Text
+from typing import IO, TYPE_CHECKING, Sequence
 
 from gradfix.diff import unified_diff
 from gradfix.model import FileResult, FixOutcome, FixSafety
+
+if TYPE_CHECKING:  # rich is imported only when something is drawn on a terminal
+    from rich.console import Console
 
 
 #: ``--color``: ``auto`` (a terminal, unless NO_COLOR is set; FORCE_COLOR forces it),
@@ -32,6 +32,8 @@ def use_color(stream: IO) -> bool:
 
 def console_for(stream: IO, **kwargs) -> Console:
     """A rich console on ``stream`` that colours exactly when :func:`use_color` says so."""
+    from rich.console import Console  # only terminal output pays for rich
+
     color = use_color(stream)
     return Console(file=stream, force_terminal=color, no_color=not color, **kwargs)
 
@@ -184,6 +186,8 @@ def write_diff(patch: bytes, stream=None) -> None:
 
 def print_diff(console: Console, patch: bytes) -> None:
     """A unified diff in colour: headers bold, hunk lines cyan, additions green, removals red."""
+    from rich.text import Text
+
     for raw in patch.decode("utf-8", errors="replace").splitlines():
         line = raw.rstrip("\r")
         style = ""
@@ -236,6 +240,7 @@ def print_summary_table(results: Sequence[FileResult], stream, mode: str = "appl
     rows = rule_counts(results)
     if not rows:
         return
+    from rich.console import Console
     from rich.table import Table
 
     fixed_header = "would fix" if mode == "diff" else "fixed"

@@ -19,9 +19,9 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable, Sequence
 
+from gradfix.cache import Cache
 from gradfix.engine import Job, process_source
 from gradfix.model import FileResult
 from gradfix.writer import WriteError, read_file, write_atomic
@@ -33,7 +33,7 @@ def _read_reason(exc: OSError) -> str:
     return "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
 
 
-def process_job(job: Job, want_fixes: bool) -> FileResult:
+def process_job(job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
     if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
         return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
     try:
@@ -42,7 +42,7 @@ def process_job(job: Job, want_fixes: bool) -> FileResult:
         return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
     try:
         with _collector_paused():
-            result = process_source(source, job, want_fixes)
+            result = process_source(source, job, want_fixes, want_edits)
         result.read_as = read_as
         return result
     except RecursionError:
@@ -74,7 +74,7 @@ def _collector_paused():
             gc.enable()
 
 
-def _process_star(args: tuple[Job, bool]) -> FileResult:
+def _process_star(args: tuple[Job, bool, bool]) -> FileResult:
     result = process_job(*args)
     if not result.findings and not result.changed:
         result.old_source = None  # nothing refers to it: don't ship the file back to the parent
@@ -124,15 +124,62 @@ def run_jobs(
     want_fixes: bool,
     workers: int | None = None,
     progress: Callable[[FileResult], None] | None = None,
+    want_edits: bool = False,
+    cache: Cache | None = None,
 ) -> list[FileResult]:
-    """Results in the order of ``jobs``; ``progress`` is called once per finished file."""
+    """Results in the order of ``jobs``; ``progress`` is called once per finished file.
+
+    ``want_edits``: record each finding's own edit (for SARIF fixes and interactive review).
+    ``cache``: reuse and store report-mode results (see gradfix.cache). The cache is read and
+    written here, in the calling process: a warm run starts no worker processes."""
+    if cache is None or want_fixes:
+        return _compute(jobs, want_fixes, workers, progress, want_edits)
+    keys = [_cache_key(job, want_edits, cache) for job in jobs]
+    results = [None if key is None else cache.get(key, job.display, source) for job, (key, source, _) in zip(jobs, keys)]
+    missing = [i for i, result in enumerate(results) if result is None]
+    fresh = _compute([jobs[i] for i in missing], want_fixes, workers, progress, want_edits)
+    for i, result in zip(missing, fresh):
+        key, _, seen = keys[i]
+        # Only a result of the bytes the key was made of (the file did not change meanwhile),
+        # and never an internal error: the next run retries.
+        if key is not None and result.error_kind in (None, "syntax") and _signature(jobs[i].path) == seen:
+            cache.put(key, jobs[i].display, result)
+        results[i] = result
+    cache.save()
+    fresh_ones = set(missing)
+    return [r if i in fresh_ones else _tick(r, progress) for i, r in enumerate(results)]
+
+
+def _signature(path: str) -> tuple[int, int, int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _cache_key(job: Job, want_edits: bool, cache: Cache) -> tuple[str | None, bytes | None, tuple | None]:
+    try:
+        if not os.path.isfile(job.path):
+            return None, None, None  # process_job says what is wrong with it
+        seen = _signature(job.path)
+        with open(job.path, "rb") as handle:
+            source = handle.read()
+    except OSError:
+        return None, None, None
+    return cache.key(source, job.display, job.settings, want_edits), source, seen
+
+
+def _compute(jobs, want_fixes, workers, progress, want_edits) -> list[FileResult]:
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        results = (process_job(job, want_fixes) for job in jobs)
+        results = (process_job(job, want_fixes, want_edits) for job in jobs)
         return [_tick(r, progress) for r in results]
+    from concurrent.futures import ProcessPoolExecutor  # only big runs pay for multiprocessing
+
     chunk = max(1, len(jobs) // (workers * 8))
     with ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
-        results = pool.map(_process_star, [(job, want_fixes) for job in jobs], chunksize=chunk)
+        results = pool.map(_process_star, [(job, want_fixes, want_edits) for job in jobs], chunksize=chunk)
         return [_tick(r, progress) for r in results]
 
 

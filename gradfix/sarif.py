@@ -1,19 +1,19 @@
 """SARIF 2.1.0 output (GitHub code scanning) and GitHub workflow annotations.
 
-Each fixable finding carries a SARIF ``fix``: the one replacement that its own fix makes,
-computed by applying that finding's fix alone to the original source.
+Each fixable finding carries a SARIF ``fix``: the replacements that its own fix makes in the
+original source, recorded by the engine when it ran (``FixOutcome.edit``, one fix pass per file).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
-from dataclasses import replace
 from typing import Sequence
 
 from gradfix import __version__
-from gradfix.engine import decode_source, fix_findings
-from gradfix.model import FileResult, Finding, FixSafety, Settings
+from gradfix.engine import decode_source
+from gradfix.model import FileResult, FixOutcome, FixSafety
 from gradfix.rules import all_rules
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -33,57 +33,47 @@ def _rule_descriptor(rule) -> dict:
     }
 
 
-def _replacement(old: str, new: str) -> tuple[dict, str] | None:
-    """The smallest region of ``old`` that differs from ``new``, and its new text."""
-    if old == new:
-        return None
-    start = 0
-    limit = min(len(old), len(new))
-    while start < limit and old[start] == new[start]:
-        start += 1
-    end_old, end_new = len(old), len(new)
-    while end_old > start and end_new > start and old[end_old - 1] == new[end_new - 1]:
-        end_old, end_new = end_old - 1, end_new - 1
-    return {"charOffset": start, "charLength": end_old - start, **_line_col(old, start, end_old)}, new[start:end_new]
+class _Lines:
+    """Line and column (1-based) of character offsets in one text."""
+
+    def __init__(self, text: str):
+        self.starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    def at(self, offset: int) -> tuple[int, int]:
+        line = bisect.bisect_right(self.starts, offset)
+        return line, offset - self.starts[line - 1] + 1
+
+    def region(self, start: int, end: int) -> dict:
+        (sl, sc), (el, ec) = self.at(start), self.at(end)
+        return {"charOffset": start, "charLength": end - start, "startLine": sl, "startColumn": sc, "endLine": el, "endColumn": ec}
 
 
-def _line_col(text: str, start: int, end: int) -> dict:
-    def at(offset: int) -> tuple[int, int]:
-        line = text.count("\n", 0, offset) + 1
-        return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
-
-    (sl, sc), (el, ec) = at(start), at(end)
-    return {"startLine": sl, "startColumn": sc, "endLine": el, "endColumn": ec}
-
-
-def _fix_for(result: FileResult, finding: Finding, settings: Settings) -> dict | None:
-    if finding.fix is None or result.old_source is None or finding.cell is not None:
+def _fix_for(result: FileResult, outcome: FixOutcome, lines: _Lines | None) -> dict | None:
+    finding = outcome.finding
+    if finding.fix is None or not outcome.edit or lines is None or finding.cell is not None:
         return None  # notebook fixes are not expressed as JSON text replacements
-    run = fix_findings(result.old_source, [finding], replace(settings, unsafe_fixes=True), result.path)
-    if run is None or 0 not in run.applied:
-        return None
-    old, new = decode_source(result.old_source), decode_source(run.source)
-    change = _replacement(old, new)
-    if change is None:
-        return None
-    region, text = change
     return {
         "description": {"text": f"{finding.fix_title or finding.code} ({finding.fix.value} fix)"},
         "artifactChanges": [
             {
                 "artifactLocation": {"uri": result.path},
-                "replacements": [{"deletedRegion": region, "insertedContent": {"text": text}}],
+                "replacements": [
+                    {"deletedRegion": lines.region(e.start, e.end), "insertedContent": {"text": e.new}} for e in outcome.edit
+                ],
             }
         ],
     }
 
 
-def sarif_report(results: Sequence[FileResult], settings: dict[str, Settings]) -> str:
-    """A SARIF 2.1.0 log; ``settings`` maps each result's path to the settings it ran with."""
+def sarif_report(results: Sequence[FileResult]) -> str:
+    """A SARIF 2.1.0 log; fixes come from each finding's recorded edit (``run_jobs(want_edits=True)``)."""
     rules = list(all_rules())
     index = {r.code: i for i, r in enumerate(rules)}
     sarif_results = []
     for result in sorted(results, key=lambda r: r.path):
+        lines = None
+        if result.old_source is not None and any(o.edit for o in result.findings):
+            lines = _Lines(decode_source(result.old_source))
         for outcome in result.findings:
             f = outcome.finding
             entry = {
@@ -110,7 +100,7 @@ def sarif_report(results: Sequence[FileResult], settings: dict[str, Settings]) -
                     **({"notebookCell": f.cell} if f.cell is not None else {}),
                 },
             }
-            fix = _fix_for(result, f, settings.get(result.path, Settings()))
+            fix = _fix_for(result, outcome, lines)
             if fix is not None:
                 entry["fixes"] = [fix]
             sarif_results.append(entry)

@@ -3,6 +3,13 @@ import pytest
 # Golden files are inputs and expected outputs, not test modules (some are named test_*.py).
 collect_ignore_glob = ["golden/*"]
 
+
+@pytest.fixture(autouse=True)
+def _own_result_cache(tmp_path_factory, monkeypatch):
+    """Every test gets an empty result cache of its own (gradfix.cache), never the checkout's."""
+    monkeypatch.setenv("GRADFIX_CACHE_DIR", str(tmp_path_factory.mktemp("gradfix_cache")))
+
+
 # The fast inner loop is `pytest -m "not slow"` (under a minute); CI runs everything. These
 # files run real models, generate thousands of programs or kill real processes (about 70 % of
 # the suite's time); the single tests below take seconds each (a real subprocess, a 5 MB file,

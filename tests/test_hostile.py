@@ -296,8 +296,8 @@ def test_file_changed_on_disk_between_read_and_write_is_not_overwritten(tree, mo
     theirs = BUGGY + "# edited by someone else meanwhile\n"
     real = runner.process_job
 
-    def process_then_someone_edits(job, want_fixes):
-        result = real(job, want_fixes)
+    def process_then_someone_edits(job, *args, **kwargs):
+        result = real(job, *args, **kwargs)
         if job.display == "a.py":
             Path(job.path).write_text(theirs)
         return result

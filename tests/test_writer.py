@@ -36,8 +36,8 @@ def _after_reading(monkeypatch, name: str, action) -> None:
     """Run ``action`` right after the worker has read and fixed ``name`` (before the write)."""
     real = runner.process_job
 
-    def process_then_act(job, want_fixes):
-        result = real(job, want_fixes)
+    def process_then_act(job, want_fixes, *args, **kwargs):
+        result = real(job, want_fixes, *args, **kwargs)
         if job.display == name:
             action()
         return result

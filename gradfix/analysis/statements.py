@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Sequence
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.facts import FileFacts
 from gradfix.model import Span

@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.statements import statement_block
 from gradfix.facts import dotted_name, target_names

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid

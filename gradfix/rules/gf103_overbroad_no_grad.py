@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
+from gradfix.lazy import cst, transformer
 
 from gradfix.facts import target_names
 from gradfix.model import FixSafety
@@ -399,7 +399,7 @@ class OverbroadNoGrad(Rule):
             narrowed = with_node.with_changes(body=block.with_changes(body=statements[:1]))
             return [Edit(with_node, cst.FlattenSentinel([narrowed, *statements[1:]]))]
         targets = {ctx.node_at(span, cst.BaseExpression) for span in plan[1]}
-        detacher = _Detach(targets)
+        detacher = transformer(_Detach)(targets)
         statements = [s.visit(detacher) for s in statements]
         if detacher.done != len(targets):
             raise FixError("could not place every .detach()")
@@ -434,7 +434,7 @@ class OverbroadNoGrad(Rule):
         )
 
 
-class _Detach(cst.CSTTransformer):
+class _Detach:  # a cst.CSTTransformer through lazy.transformer
     def __init__(self, targets):
         super().__init__()
         self.targets = targets

@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.facts import FileFacts, GradRegion, dotted_name, literal_bool
 from gradfix.model import FixSafety

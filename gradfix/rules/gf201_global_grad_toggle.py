@@ -6,7 +6,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.toggles import hack_statements
 from gradfix.facts import FileFacts, dotted_name, literal_bool

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.extract import Extraction, helper_name, helper_placement, identifiers, plan_extraction
 from gradfix.analysis.regions import grad_with_regions, is_neutral_statement, trailing_saves

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.regions import (
     droppable_grad_with,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.regions import droppable_grad_with, is_inert_save, is_neutral_statement
 from gradfix.analysis.statements import unwrap_with

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.facts import FileFacts, literal_bool
 from gradfix.model import FixSafety

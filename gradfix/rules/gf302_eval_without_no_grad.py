@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Sequence
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
 from gradfix.analysis.statements import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import re
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.analysis.statements import (

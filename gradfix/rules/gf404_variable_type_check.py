@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
+from gradfix.lazy import cst
 
 from gradfix.analysis.regions import is_builtin
 from gradfix.analysis.statements import torch_reachable

@@ -1,0 +1,63 @@
+"""Report mode starts fast: it never imports LibCST (only fixes need it), torch or rich.
+
+Run in a fresh interpreter, since the test process itself has imported everything.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+HEAVY = ("libcst", "torch", "rich", "rich.console")
+
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    from gradfix.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit:
+        pass
+    print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.stderr)
+    """
+).format(heavy=HEAVY)
+
+
+def _loaded(*args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+def _file_with_findings(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("import torch\nfrom torch.autograd import Variable\n\nwith torch.no_grad:\n    y = Variable(x)\n")
+    return path
+
+
+def test_report_mode_imports_no_libcst_torch_or_rich(tmp_path):
+    path = _file_with_findings(tmp_path)
+    notebook = {
+        "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "source": path.read_text().splitlines(True)}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    (tmp_path / "train.ipynb").write_text(json.dumps(notebook))
+    for fmt in ("text", "json", "github"):
+        assert _loaded(str(tmp_path), "--format", fmt, "--no-cache") == []
+        assert _loaded(str(tmp_path), "--format", fmt) == []  # the cache, cold then warm
+
+
+def test_version_imports_nothing_heavy():
+    assert _loaded("--version") == []
+
+
+def test_diff_still_imports_libcst(tmp_path):
+    # The probe itself must be able to see LibCST being imported, or the tests above prove nothing.
+    assert "libcst" in _loaded(str(_file_with_findings(tmp_path)), "--diff")
+
+
+def test_rule_modules_import_without_libcst():
+    code = "import sys; from gradfix.rules import all_rules; all_rules(); print('libcst' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
