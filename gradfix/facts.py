@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Iterator
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from gradfix.model import Span
 
@@ -111,7 +111,7 @@ class Scope:
 class FileFacts:
     """Facts about one parsed file. Build with :func:`build_facts`."""
 
-    def __init__(self, source: str, tree: ast.Module, path: str = "<string>"):
+    def __init__(self, source: str, tree: ast.Module, path: str = "<string>", project: Any = None):
         self.source = source
         self.path = path
         self.tree = tree
@@ -125,7 +125,23 @@ class FileFacts:
         self.calls: list[ast.Call] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        #: The :class:`~gradfix.analysis.project.ProjectIndex` of the run, or None (one file).
+        self.project = project
+        self._memo: dict[Any, Any] = {}
         self._collect()
+
+    # -- derived analyses, computed once per file ----------------------------------------
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per file under ``key`` (a tuple naming the analysis).
+
+        The analysis layer (gradfix/analysis/) caches what it derives here, so that every rule
+        asking the same question shares one answer and nobody writes into ``__dict__``.
+        """
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
 
     # -- the one walk -------------------------------------------------------------------
     def _collect(self) -> None:
@@ -408,16 +424,15 @@ class FileFacts:
     # -- data flow by name (within a function) --------------------------------------------
     def name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:
         """For each name bound in ``func``: the names its assigned values read."""
-        cache = self.__dict__.setdefault("_deps_cache", {})
-        if func in cache:
-            return cache[func]
+        return self.memo(("name_dependencies", func), lambda: self._name_dependencies(func))
+
+    def _name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:
         deps: dict[str, set[str]] = {}
         for stmt in self.statements(func):
             for targets, value in _bindings(stmt):
                 reads = names_read(value) if value is not None else set()
                 for t in targets:
                     deps.setdefault(t, set()).update(reads)
-        cache[func] = deps
         return deps
 
     def flows_into(self, func: FunctionNode | None, sources: set[str], target: str) -> bool:
@@ -540,7 +555,7 @@ def _first_arg(call: ast.Call, keyword: str) -> ast.expr | None:
     return None
 
 
-def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = None) -> FileFacts:
+def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = None, project: Any = None) -> FileFacts:
     if tree is None:
         tree = ast.parse(source, filename=path)
-    return FileFacts(source, tree, path)
+    return FileFacts(source, tree, path, project)
