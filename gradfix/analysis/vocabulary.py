@@ -119,7 +119,7 @@ def acts_in_environment(facts: FileFacts, func) -> bool:
 #: Lightning (``training_step``, ``validation_step``, ``on_validation_epoch_end``...), Ignite
 #: (``*_step``/handlers taking an engine), Accelerate/Keras-style callbacks (``on_*``).
 CALLER_OWNS_MODE = re.compile(r"^(forward|__call__|on_\w+|\w+_step|\w+_epoch_(end|start)|\w+_hook)$")
-_FRAMEWORK_BASES = re.compile(r"Lightning|pl\.|LightningModule|Callback|Engine|Trainer|Hook")
+_FRAMEWORK_BASES = re.compile(r"Lightning|\bpl\.|Callback|Hook")
 HOOK_REGISTRARS = frozenset(
     {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook", "register_hook"}
 )
