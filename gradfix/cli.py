@@ -25,7 +25,7 @@ from gradfix.config import (
     settings_for,
     validate_codes,
 )
-from gradfix.engine import Job
+from gradfix.engine import Job, with_project_index
 from gradfix.files import PathError, discover
 from gradfix.report import (
     as_on_disk,
@@ -188,6 +188,7 @@ def check_command(
         if path_errors:
             raise typer.Exit(2)
         _err("no Python files found")
+    jobs_list = with_project_index(jobs_list)
     if verify_cmd is not None:
         raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
     if interactive:

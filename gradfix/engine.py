@@ -11,7 +11,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from gradfix.facts import build_facts
 from gradfix.fixer import FixContext, FixRun, apply_fixes
@@ -92,9 +92,11 @@ def _suppressed(finding: Finding, lines: Sequence[str]) -> bool:
     return False
 
 
-def check(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> list[Finding]:
+def check(source: bytes | str, path: str = "<string>", settings: Settings = Settings(), project=None) -> list[Finding]:
     """Findings in ``source``, sorted by position, suppression comments honoured.
 
+    ``project`` is the run's :class:`~gradfix.analysis.project.ProjectIndex` (classes defined
+    in other files of the tree), or None to judge the file on its own.
     Raises :class:`SourceError` when the source does not parse.
     """
     text = decode_source(source)
@@ -105,7 +107,7 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     rules = [r for r in rules if _triggered(r, text)]
     if not rules:
         return []
-    facts = build_facts(text, path, tree)
+    facts = build_facts(text, path, tree, project)
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(f for f in rule.check(facts) if not _suppressed(f, facts.lines))
@@ -171,7 +173,7 @@ class StableFix:
     notes: list[str]
 
 
-def fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>") -> StableFix:
+def fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>", project=None) -> StableFix:
     current, fixed, first_pass, notes = source, [], set(), []
     for number in range(FIX_PASSES):
         run = fix_findings(current, findings, settings, path)
@@ -184,14 +186,14 @@ def fix_until_stable(source: bytes, findings: list[Finding], settings: Settings,
             first_pass = set(run.applied)
         fixed += [findings[i] for i in sorted(run.applied)]
         current = run.source
-        findings = check(current, path, settings)  # it compiled, so it parses
+        findings = check(current, path, settings, project)  # it compiled, so it parses
     return StableFix(current, fixed, first_pass, findings, notes)
 
 
-def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> bytes | str:
+def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings(), project=None) -> bytes | str:
     """``source`` with every allowed fix applied (same type as given)."""
     as_bytes = source.encode("utf-8") if isinstance(source, str) else source
-    new = fix_until_stable(as_bytes, check(as_bytes, path, settings), settings, path).source
+    new = fix_until_stable(as_bytes, check(as_bytes, path, settings, project), settings, path, project).source
     return new.decode("utf-8") if isinstance(source, str) else new
 
 
@@ -202,6 +204,18 @@ class Job:
     path: str
     settings: Settings
     display: str  # the path as shown to the user
+    project: Any = None  # the run's ProjectIndex (gradfix/analysis/project.py), shared by every job
+
+
+def with_project_index(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs with one :class:`~gradfix.analysis.project.ProjectIndex` of their files (a
+    read and a hash per file; files are parsed only when a rule asks about a class in them)."""
+    from dataclasses import replace
+
+    from gradfix.analysis.project import ProjectIndex
+
+    index = ProjectIndex.build(job.path for job in jobs)
+    return [replace(job, project=index) for job in jobs]
 
 
 def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
@@ -209,13 +223,13 @@ def process_source(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return _process_notebook(source, job, want_fixes)
     result = FileResult(job.display, old_source=source)
     try:
-        findings = check(source, job.display, job.settings)
+        findings = check(source, job.display, job.settings, job.project)
     except SourceError as exc:
         result.error, result.error_kind = f"{exc.line}:{exc.col}: {exc.message}", "syntax"
         return result
     result.findings = [FixOutcome(f) for f in findings]
     if want_fixes:
-        stable = fix_until_stable(source, findings, job.settings, job.display)
+        stable = fix_until_stable(source, findings, job.settings, job.display, job.project)
         result.notes.extend(stable.notes)
         if stable.source != source:
             # Fixed findings (where they were found) and what is left in the new source.
@@ -229,10 +243,10 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
     from gradfix.notebook import process_notebook
 
     def check_cells(text: str) -> list[Finding]:
-        return check(text, job.display, job.settings)
+        return check(text, job.display, job.settings, job.project)
 
     def fix_cells(text: str, findings: list[Finding]) -> FixRun:
-        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display)
+        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display, job.project)
         return FixRun(stable.source, stable.first_pass, stable.notes)
 
     try:

@@ -48,7 +48,7 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
 def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
     trained = trained_evidence(facts)
     gaps: dict[ast.AST, EvalGap] = {}
-    for call in facts.calls:
+    for call in sorted(facts.calls, key=pos):  # source order: the first call is the one reported
         func = facts.function_of.get(call)
         if not isinstance(func, FUNCTIONS) or outer_disabled_region(facts, call) is None:
             continue
@@ -87,7 +87,7 @@ def _evaluated_module(facts: FileFacts, call: ast.Call, target: str, trained) ->
         if p.split(".", 1)[0] in ("self", "cls"):
             continue  # an attribute: its owner's users may set the mode
         if module_sensitivity(facts, p, call) == SENSITIVE and not any(related(s.receiver, p) for s in switches(facts)):
-            return p, "built in train mode here, holds dropout/batch norm"
+            return p, "built here, mode-sensitive"
     return None
 
 
@@ -430,7 +430,8 @@ class NoGradWithoutEval(Rule):
             names = ", ".join(f"`{m}`" for m in gap.modules)
             evals = "; ".join(f"`{m}.eval()`" for m in gap.modules)
             where = f"`{facts.segment(region.expr)}`"
-            message = f"{names} runs under {where} in train mode ({gap.evidence[0]}): dropout/batch norm still act as in training"
+            verb = "runs" if len(gap.modules) == 1 else "run"
+            message = f"{names} {verb} under {where} in train mode ({gap.evidence[0]}): dropout/batch norm stay on"
             if region.kind == "decorator":
                 target, last = body_start(gap.func.body), gap.func.body[-1]
                 anchors = [gap.func, region.expr.lineno]
