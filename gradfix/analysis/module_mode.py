@@ -416,10 +416,16 @@ def _decoding_loop(facts: FileFacts, func, call: ast.Call) -> bool:
 
 
 def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
-    """`model(batch)` as a bare statement: run for its side effects (lazy parameters, warm-up,
-    tracing), not to look at its outputs; not an evaluation."""
+    """`model(batch)` as a bare statement, or bound to `_`: run for its side effects (lazy
+    parameters, warm-up, tracing), not to look at its outputs; not an evaluation."""
     parent = facts.parents.get(call)
-    return isinstance(parent, ast.Expr) and parent.value is call
+    if isinstance(parent, ast.Expr) and parent.value is call:
+        return True
+    return (
+        isinstance(parent, ast.Assign)
+        and parent.value is call
+        and all(isinstance(t, ast.Name) and t.id == "_" for t in parent.targets)
+    )
 
 
 def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
@@ -672,7 +678,10 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
         sens = sensitivity_of(facts)
         names = sens.trees[sens.module][1]
         verdicts = []
+        scope = _binding_scope(facts, module, at)
         for node in facts.function_of:  # every node of the file
+            if scope is not _ANY and facts.function_of.get(node) is not scope:
+                continue  # another function's local of the same name is another object
             if isinstance(node, ast.Assign):
                 targets, value = node.targets, node.value
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -692,7 +701,27 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
 
 
 def _class_key(facts: FileFacts, module: str, at: ast.AST):
-    return id(owner_class(facts, at)) if module.split(".", 1)[0] in ("self", "cls") else None
+    if module.split(".", 1)[0] in ("self", "cls"):
+        return ("class", id(owner_class(facts, at)))
+    return ("scope", id(_binding_scope(facts, module, at)))
+
+
+_ANY = object()
+
+
+def _binding_scope(facts: FileFacts, module: str, at: ast.AST):
+    """Where the bindings of ``module`` that ``at`` sees live: the nearest enclosing function
+    that binds its root name (a local), else the module (None); any scope for ``self.x``."""
+    root = module.split(".", 1)[0]
+    if root in ("self", "cls"):
+        return _ANY
+    for func in facts.enclosing_functions(at):
+        scope = facts.scope_of_node.get(func)
+        if scope is not None and root in scope.globals:
+            return None
+        if scope is not None and root in scope.locals:
+            return func
+    return None
 
 
 def _expression_verdict(sens: Sensitivity, names: dict[str, str], value: ast.AST) -> str:

@@ -50,6 +50,8 @@ CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
 # Sensitive only with an argument: InstanceNorm(track_running_stats=True), LSTM(dropout=0.5).
 _RUNNING_STATS = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"})
 _RNN = {"RNN": 4, "LSTM": 4, "GRU": 4, "MultiheadAttention": 2}  # name -> position of `dropout`
+# Drop-in replacements of torch.nn layers in other libraries (same constructor arguments).
+_OPACUS_LAYERS = {"DPLSTM": "LSTM", "DPGRU": "GRU", "DPRNN": "RNN", "DPMultiheadAttention": "MultiheadAttention"}
 _FUNCTIONAL_MODE = re.compile(r"\bself\.training\b|\bdropout\w*\(|\bbatch_norm\(|\binstance_norm\(|\bdrop_path\w*\(|\bDropPath\(")
 _KNOWN_SENSITIVE = re.compile(
     r"^(torchvision\.models\.|timm\.create_model$|timm\.models\.|transformers\.|torch\.hub\.load$|"
@@ -212,13 +214,20 @@ class ProjectIndex:
         return h.hexdigest()
 
     # -- questions ------------------------------------------------------------------------
-    def find_module(self, qualname: str) -> str | None:
-        """The project module that defines ``pkg.mod.Name`` (exact, or by a unique suffix,
-        as scripts import ``from models import Net`` relative to where they run)."""
+    def find_module(self, qualname: str, near: str = "") -> str | None:
+        """The project module that defines ``pkg.mod.Name``: a sibling of the importing module
+        ``near`` first (a script's own directory is on ``sys.path``: ``from model import Net``
+        next to ``main.py``), then the exact name, then a unique suffix."""
         module = qualname.rpartition(".")[0]
-        if module in self.modules:
-            return module
-        hits = [m for m in self.modules if m.endswith("." + module) or m == module]
+        package = near.rpartition(".")[0]
+        while True:
+            candidate = f"{package}.{module}" if package else module
+            if candidate in self.modules:
+                return candidate
+            if not package:
+                break
+            package = package.rpartition(".")[0]
+        hits = [m for m in self.modules if m.endswith("." + module)]
         return hits[0] if len(hits) == 1 else None
 
     def import_graph(self) -> dict[str, set[str]]:
@@ -280,7 +289,7 @@ class Sensitivity:
         self.trees[module] = (tree, module_level_names(tree, module))
         return self.trees[module]
 
-    def of_qualname(self, qualname: str, call: ast.Call | None = None, depth: int = 0) -> str:
+    def of_qualname(self, qualname: str, call: ast.Call | None = None, depth: int = 0, near: str | None = None) -> str:
         """Verdict for constructing/calling ``qualname`` (a torch layer, a known factory, a
         class or factory function of the project)."""
         if qualname.startswith("torch.nn."):
@@ -288,11 +297,15 @@ class Sensitivity:
             return verdict if verdict is not None else UNKNOWN
         if _KNOWN_SENSITIVE.search(qualname):
             return SENSITIVE
+        last = qualname.rpartition(".")[2]
+        if qualname.startswith("opacus.") and last in _OPACUS_LAYERS:  # DPLSTM: torch's LSTM, per-sample grads
+            return torch_layer_verdict(_OPACUS_LAYERS[last], call) or UNKNOWN
         if depth > 8:
             return UNKNOWN
+        near = self.module if near is None else near
         module = self.module if qualname.rpartition(".")[0] == self.module else None
         if module is None and self.index is not None:
-            module = self.index.find_module(qualname)
+            module = self.index.find_module(qualname, near)
         if module is None:
             return UNKNOWN
         loaded = self._load(module)
@@ -304,17 +317,17 @@ class Sensitivity:
             if isinstance(stmt, ast.ClassDef) and stmt.name == name:
                 return self._class(module, stmt, names, depth)
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                return self._factory(stmt, names, depth)
+                return self._factory(module, stmt, names, depth)
         # Re-exported (`from .resnet import ResNet` in a package's __init__).
         if name in names and names[name] != qualname:
-            return self.of_qualname(names[name], call, depth + 1)
+            return self.of_qualname(names[name], call, depth + 1, module)
         return UNKNOWN
 
-    def of_call(self, call: ast.Call, names: dict[str, str], depth: int = 0) -> str:
+    def of_call(self, call: ast.Call, names: dict[str, str], depth: int = 0, near: str | None = None) -> str:
         qual = qualify(names, call.func)
         if qual is None:
             return UNKNOWN
-        return self.of_qualname(qual, call, depth + 1)
+        return self.of_qualname(qual, call, depth + 1, near)
 
     def _class(self, module: str, cls: ast.ClassDef, names: dict[str, str], depth: int) -> str:
         key = f"{module}.{cls.name}"
@@ -326,17 +339,17 @@ class Sensitivity:
             qual = qualify(names, base)
             if qual in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 continue
-            verdicts.append(self.of_qualname(qual, None, depth + 1) if qual else UNKNOWN)
+            verdicts.append(self.of_qualname(qual, None, depth + 1, module) if qual else UNKNOWN)
         if any(_FUNCTIONAL_MODE.search(ast.unparse(m)) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))):
             verdicts.append(SENSITIVE)
         for call in _building_calls(cls):
-            verdicts.append(self.built(call, names, depth))
+            verdicts.append(self.built(call, names, depth, module))
             if verdicts[-1] == SENSITIVE:
                 break
         self._classes[key] = result = combine(verdicts)
         return result
 
-    def built(self, call: ast.Call, names: dict[str, str], depth: int) -> str:
+    def built(self, call: ast.Call, names: dict[str, str], depth: int, near: str | None = None) -> str:
         func = call.func
         if isinstance(func, ast.Name) and func.id in _BUILTIN_CALLS and func.id not in names:
             return FREE
@@ -353,9 +366,9 @@ class Sensitivity:
             return FREE  # tensor maths, initialisers
         if qual.split(".")[0] in ("math", "numpy", "np", "functools", "collections", "copy", "itertools", "warnings", "logging"):
             return FREE
-        return self.of_qualname(qual, call, depth + 1)
+        return self.of_qualname(qual, call, depth + 1, near)
 
-    def _factory(self, func, names: dict[str, str], depth: int) -> str:
+    def _factory(self, module: str, func, names: dict[str, str], depth: int) -> str:
         """A function that returns a constructed module (``def resnet18(): return ResNet(...)``)."""
         returned = [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None]
         if not returned or not all(isinstance(r, (ast.Call, ast.Name)) for r in returned):
@@ -367,9 +380,9 @@ class Sensitivity:
                          and any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets)]
                 if not bound:
                     return UNKNOWN
-                verdicts += [self.of_call(strip_moves(b), names, depth) for b in bound]
+                verdicts += [self.of_call(strip_moves(b), names, depth, module) for b in bound]
             else:
-                verdicts.append(self.of_call(strip_moves(value), names, depth))
+                verdicts.append(self.of_call(strip_moves(value), names, depth, module))
         return combine(verdicts)
 
 

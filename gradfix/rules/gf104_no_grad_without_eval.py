@@ -22,7 +22,7 @@ from gradfix.analysis.module_mode import (
     switches,
     trained_evidence,
 )
-from gradfix.analysis.project import FREE, SENSITIVE
+from gradfix.analysis.project import FREE
 from gradfix.analysis.vocabulary import FUNCTIONS, is_training_scope
 from gradfix.facts import FileFacts, GradRegion
 from gradfix.model import FixSafety
@@ -72,24 +72,16 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
 
 
 def _evaluated_module(facts: FileFacts, call: ast.Call, target: str, trained) -> tuple[str, str] | None:
-    """The module a forward call runs, when it is in train mode here on some path: the file
-    trains it (and it is not mode-free), or it is a mode-sensitive module the file builds and
-    never switches (a fresh module is in train mode)."""
+    """The module a forward call runs, when the file trains it (so it is in train mode here
+    unless something switches it) and it is not mode-free (sensitive, or unknown)."""
     parts = target.split(".")
-    prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-    for p in prefixes:
+    for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
         nodes = [e for e in trained.get(p, ()) if same_object(facts, p, call, e)]
         if nodes:
             if module_sensitivity(facts, p, call) == FREE:
                 return None  # `.eval()` would change nothing
             return p, f"trained at line {nodes[0].lineno}"
-    for p in prefixes:
-        if p.split(".", 1)[0] in ("self", "cls"):
-            continue  # an attribute: its owner's users may set the mode
-        if module_sensitivity(facts, p, call) == SENSITIVE and not any(related(s.receiver, p) for s in switches(facts)):
-            return p, "built here, mode-sensitive"
     return None
-
 
 
 class NoGradWithoutEval(Rule):
@@ -98,19 +90,15 @@ class NoGradWithoutEval(Rule):
     Finds evaluation code: a module called inside `torch.no_grad()` (or `inference_mode()`,
     `set_grad_enabled(False)`, or a function decorated with one of them), in a function that
     is no training scope (no `.backward()`, no optimizer step), while the module is in train
-    mode on some path to that call. A module is taken to be in train mode there when
-
-    - the file trains it (`.train()` on it, or a training scope calls it) and nothing sets its
-      mode before the call: no `.eval()` in the function before it (or in a loop around both),
-      no `model = Net().eval()`, no helper called before it that leaves it in eval mode, no
-      enclosing function or caller that switches it first; or
-    - it is a mode-sensitive module the file builds itself and never switches (a fresh module
-      is in train mode): `model = torchvision.models.resnet18(...)`, `Net()` of a class that
-      holds dropout/batch norm, in this file or anywhere in the project.
+    mode on some path to that call: the file trains it (`.train()` on it, or a training scope
+    calls it) and nothing sets its mode before the call: no `.eval()` in the function before
+    it (or in a loop around both), no `model = Net().eval()`, no helper called before it that
+    leaves it in eval mode, no enclosing function or caller that switches it first.
 
     A module that is mode-free (every layer it builds acts the same in both modes: `Linear`,
-    `ReLU`, `Conv2d`, `LayerNorm`...; judged across the project's files) is never reported: `.eval()`
-    would change nothing. Unknown is unknown, not mode-free.
+    `ReLU`, `Conv2d`, `LayerNorm`, an LSTM without dropout...; judged across the project's
+    files when gradfix runs on a tree) is never reported: `.eval()` would change nothing.
+    Unknown is unknown, not mode-free: a trained module of unknown kind is reported.
 
     Not evaluation, left alone: functions whose caller owns the mode (`forward`, `*_step`,
     `on_*` hooks, framework methods such as a LightningModule's, registered hooks, methods of a
@@ -161,7 +149,7 @@ class NoGradWithoutEval(Rule):
     name = "no-grad-without-eval"
     summary = "Module evaluated under no_grad without .eval()"
     fix_safety = FixSafety.UNSAFE
-    triggers = ("no_grad", "inference_mode", "set_grad_enabled")
+    triggers = (".train(", "backward", ".step(")
     options = (
         Option(
             "style",

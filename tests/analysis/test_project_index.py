@@ -56,25 +56,23 @@ class Block(nn.Module):
 
 PREDICT = """\
 import torch
-from pkg.models import Net, Tiny, net8
+from pkg.models import Net, Tiny
 
 net = Net()
-net.load_state_dict(torch.load("net.pt"))
-other = net8()
 tiny = Tiny()
-opt = torch.optim.SGD(tiny.parameters(), lr=0.1)
+opt = torch.optim.SGD([*net.parameters(), *tiny.parameters()], lr=0.1)
 
 
 def fit(loader):
     for x, y in loader:
         opt.zero_grad()
-        (tiny(x) - y).pow(2).mean().backward()
+        (net(x) + tiny(x) - y).pow(2).mean().backward()
         opt.step()
 
 
 def predict(x):
     with torch.no_grad():
-        return net(x), other(x)
+        return net(x)
 
 
 def curve(x):
@@ -127,12 +125,27 @@ def test_gf104_uses_the_index_for_classes_defined_in_other_files(tree):
     path = tree / "predict.py"
     settings = Settings(select=("GF104",))
     with_index = check(path.read_bytes(), str(path), settings, project=_index(tree))
-    # `net`/`other`: sensitive and never switched; `tiny`: trained but mode-free, silent.
-    assert [(f.line, f.message.split("`")[1]) for f in with_index] == [(20, "net")]
+    # `net` holds dropout (Block, two files away): reported. `tiny` is trained but mode-free:
+    # `.eval()` would change nothing, silent.
+    assert [(f.line, f.message.split("`")[1]) for f in with_index] == [(18, "net")]
     alone = check(path.read_bytes(), str(path), settings)
-    # On its own the file says nothing about Net (unknown, untrained: silent) nor Tiny
-    # (unknown but trained: reported).
-    assert [(f.line, f.message.split("`")[1]) for f in alone] == [(25, "tiny")]
+    # On its own the file cannot tell what Net and Tiny hold: unknown but trained, reported.
+    assert [(f.line, f.message.split("`")[1]) for f in alone] == [(18, "net"), (23, "tiny")]
+
+
+def test_opacus_layers_are_judged_like_the_torch_layers_they_replace():
+    source = (
+        "import torch.nn as nn\nfrom opacus.layers import DPLSTM\n"
+        "class Classifier(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.emb = nn.Embedding(10, 4)\n        self.lstm = DPLSTM(4, 8, num_layers=1, batch_first=True)\n"
+        "        self.out = nn.Linear(8, 2)\n"
+        "class Deep(Classifier):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.lstm = DPLSTM(4, 8, num_layers=2, dropout=0.3)\n"
+    )
+    facts = build_facts(source)
+    sens = Sensitivity(None, facts.tree, "")
+    assert sens.of_qualname("Classifier") == FREE
+    assert sens.of_qualname("Deep") == SENSITIVE
 
 
 def test_the_cli_builds_the_index_once_per_run(tree, capsys):
@@ -141,8 +154,8 @@ def test_the_cli_builds_the_index_once_per_run(tree, capsys):
     with pytest.raises(SystemExit):
         main([str(tree), "--select", "GF104", "--format", "json"])
     report = json.loads(capsys.readouterr().out)
-    assert [(Path(f["path"]).name, f["line"]) for f in report] == [("predict.py", 20)]
-    assert report[0]["fix"]["title"] == "Insert `net.eval()`; `other.eval()` before the block"
+    assert [(Path(f["path"]).name, f["line"]) for f in report] == [("predict.py", 18)]
+    assert report[0]["fix"]["title"] == "Insert `net.eval()` before the block"
 
 
 def test_digest_is_stable_and_follows_the_files_it_read(tree):
