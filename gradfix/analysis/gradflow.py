@@ -37,6 +37,8 @@ from gradfix.analysis.vocabulary import (
     PARAMETER_ITERATORS,
     VIEW_METHODS,
     backward_tensor,
+    framework_loss,
+    framework_method,
     is_data_iterable,
     parameter_free_loss_class,
 )
@@ -269,6 +271,9 @@ class GradFreeAnalysis:
                 self._loops[-1][0 if isinstance(stmt, ast.Continue) else 1].append(dict(state))
         elif isinstance(stmt, ast.Return):
             self.returned.append(NEUTRAL if stmt.value is None else self.eval(stmt.value, state, region, stmt))
+            loss = framework_loss(self.facts, self.func, stmt)
+            if loss is not None:  # Lightning backpropagates what `training_step` returns
+                self.sites[stmt] = Site(stmt, "backward", loss, stmt, self.eval(loss, state, region, stmt))
         elif isinstance(stmt, (ast.Raise, ast.Pass, ast.Assert, ast.Global, ast.Nonlocal, ast.Import, ast.ImportFrom)):
             pass
         elif isinstance(stmt, ast.Delete):
@@ -740,6 +745,8 @@ def _toggles_grad_mode(facts: FileFacts, func) -> bool:
 
 
 def _has_site_call(facts: FileFacts, func) -> bool:
+    if func is not None and getattr(func, "name", None) == "training_step" and framework_method(facts, func):
+        return True
     for name in ("backward", "retain_grad", "manual_backward"):
         if facts.method_calls_in(func, name):
             return True

@@ -670,34 +670,97 @@ def sensitivity_of(facts: FileFacts) -> Sensitivity:
 
 def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
     """``sensitive``/``free``/``unknown`` for the module expression ``module`` (a dotted name)
-    at ``at``, from every binding of that name in the file: ``model = Net()`` with ``Net``
-    defined here or anywhere in the project, ``nn.Sequential(...)``, a model-zoo factory.
-    A parameter or an unbound name is unknown."""
+    at ``at``, from the bindings of that name that ``at`` can see: ``model = Net()`` with
+    ``Net`` defined here or anywhere in the project, ``nn.Sequential(...)``, a model-zoo
+    factory, a wrapper of another module (``DataParallel(net)``, ``accelerator.prepare(...)``,
+    ``privacy_engine.make_private(module=net, ...)``), and for a parameter the arguments the
+    file's calls pass. A name with no visible binding is unknown."""
+    key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at))
+    return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset()))
 
-    def compute():
-        sens = sensitivity_of(facts)
-        names = sens.trees[sens.module][1]
-        verdicts = []
-        scope = _binding_scope(facts, module, at)
-        for node in facts.function_of:  # every node of the file
-            if scope is not _ANY and facts.function_of.get(node) is not scope:
-                continue  # another function's local of the same name is another object
-            if isinstance(node, ast.Assign):
-                targets, value = node.targets, node.value
-            elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                targets, value = [node.target], node.value
-            else:
-                continue
-            for target in targets:
-                pairs = [(target, value)]
-                if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)):
-                    pairs = list(zip(target.elts, value.elts))
-                for t, v in pairs:
-                    if dotted_name(t) == module and same_object(facts, module, node, at):
-                        verdicts.append(_expression_verdict(sens, names, v))
-        return combine(verdicts) if verdicts else UNKNOWN
 
-    return facts.memo(("module_mode.module_sensitivity", module, _class_key(facts, module, at)), compute)
+def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: frozenset) -> str:
+    """``busy``: bindings being judged (``model = DDP(model)`` reads the earlier binding)."""
+    if depth > 4:
+        return UNKNOWN
+    sens = sensitivity_of(facts)
+    names = sens.trees[sens.module][1]
+    scope = _binding_scope(facts, module, at)
+    verdicts = []
+    for node in facts.function_of:  # every node of the file
+        if node in busy or (scope is not _ANY and facts.function_of.get(node) is not scope):
+            continue  # another function's local of the same name is another object
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        for target in targets:
+            if dotted_name(target) == module:
+                verdicts.append(_value_verdict(facts, sens, names, value, None, node, depth, busy))
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for index, element in enumerate(target.elts):
+                    if dotted_name(element) != module:
+                        continue
+                    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                        verdicts.append(_value_verdict(facts, sens, names, value.elts[index], None, node, depth, busy))
+                    else:
+                        verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy))
+    if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
+        for call in facts.calls:
+            if _called_by_name(facts, call, scope.name) and facts.function_of.get(call) is not scope:
+                arg = _argument_for(scope, call, module)
+                name = dotted_name(arg) if arg is not None else None
+                verdicts.append(_sensitivity(facts, name, call, depth + 1, busy) if name else UNKNOWN)
+    return combine(verdicts) if verdicts else UNKNOWN
+
+
+# Calls that hand back the module they are given, wrapped (same layers, same modes).
+_WRAPPER_METHODS = frozenset({"prepare", "prepare_model", "make_private", "make_private_with_epsilon", "initialize"})
+_WRAPPER_CALLS = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel", "torch.compile"}
+)
+
+
+def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int | None, node, depth: int, busy: frozenset) -> str:
+    """The verdict for binding ``value`` (element ``index`` of it when unpacked)."""
+    base = strip_moves(value)
+    if isinstance(base, ast.Call):
+        func = base.func
+        wrapper = facts.call_qualname(base) in _WRAPPER_CALLS or (
+            isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS
+        )
+        if wrapper:
+            i = index or 0
+            wrapped = next((k.value for k in base.keywords if k.arg in ("module", "model")), None) if i == 0 else None
+            if wrapped is None and i < len(base.args):
+                wrapped = base.args[i]
+            name = dotted_name(wrapped) if wrapped is not None else None
+            if name is None:
+                return UNKNOWN if wrapped is None else _expression_verdict(sens, names, wrapped)
+            return _sensitivity(facts, name, node, depth + 1, busy | {node})
+    if index is not None:
+        return UNKNOWN  # `net, opt = build(cfg)`: what the call returns is not known here
+    return _expression_verdict(sens, names, value)
+
+
+def _parameter_names(func) -> set[str]:
+    a = func.args
+    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+
+
+def _argument_for(func, call: ast.Call, param: str) -> ast.expr | None:
+    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and positional[:1] in (["self"], ["cls"]):
+        positional = positional[1:]
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    if param in positional and positional.index(param) < len(call.args):
+        arg = call.args[positional.index(param)]
+        return None if isinstance(arg, ast.Starred) else arg
+    return None
 
 
 def _class_key(facts: FileFacts, module: str, at: ast.AST):

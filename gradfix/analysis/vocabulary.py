@@ -159,6 +159,19 @@ def registered_hooks(facts: FileFacts) -> frozenset[str]:
     return facts.memo(("registered_hooks",), compute)
 
 
+def framework_loss(facts: FileFacts, func, ret: ast.Return) -> ast.expr | None:
+    """The loss a framework backpropagates from ``return``: a LightningModule's
+    ``training_step`` returns the loss, or a dict holding it under ``"loss"``."""
+    if func is None or getattr(func, "name", None) != "training_step" or ret.value is None:
+        return None
+    if not framework_method(facts, func):
+        return None
+    value = ret.value
+    if isinstance(value, ast.Dict):
+        return next((v for k, v in zip(value.keys, value.values) if isinstance(k, ast.Constant) and k.value == "loss"), None)
+    return None if isinstance(value, ast.Constant) else value
+
+
 def caller_owns_mode(facts: FileFacts, func) -> bool:
     """``func`` runs in whatever mode its caller set: forward, framework method, hook."""
     if func is None:

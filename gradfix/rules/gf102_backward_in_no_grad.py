@@ -23,7 +23,8 @@ class BackwardInNoGrad(Rule):
     across the file's functions: a helper that returns a tensor built under `no_grad`, and a
     helper that calls `.backward()` on its argument (or on what it computes from it), as in
     loops where the forward runs in one function and the backward in another. Also seen:
-    `accelerator.backward(loss)`, `self.manual_backward(loss)`, `scaler.scale(loss).backward()`.
+    `accelerator.backward(loss)`, `self.manual_backward(loss)`, `scaler.scale(loss).backward()`,
+    and the loss a LightningModule's `training_step` returns (Lightning backpropagates it).
 
     ## Why is this bad?
     Nothing computed under `no_grad` records a graph: the tensor has no `grad_fn`, so
@@ -66,7 +67,7 @@ class BackwardInNoGrad(Rule):
     name = "backward-in-no-grad"
     summary = "Differentiating a tensor computed under no_grad"
     fix_safety = None
-    triggers = ("backward", "retain_grad", "autograd")
+    triggers = ("backward", "retain_grad", "autograd", "training_step")
 
     VALID = [
         # A helper that returns a tensor built with grad on; the backward runs in another helper.

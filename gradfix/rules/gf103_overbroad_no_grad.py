@@ -90,7 +90,7 @@ class OverbroadNoGrad(Rule):
     name = "overbroad-no-grad"
     summary = "no_grad block also covers the stage that should train"
     fix_safety = FixSafety.UNSAFE
-    triggers = ("backward",)
+    triggers = ("backward", "training_step")
     options = (
         Option("style", ("detach", "narrow"), "detach: drop the block, detach the frozen output; narrow: keep no_grad on the frozen stage only"),
     )
