@@ -742,6 +742,9 @@ def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int |
             return _sensitivity(facts, name, node, depth + 1, busy | {node})
     if index is not None:
         return UNKNOWN  # `net, opt = build(cfg)`: what the call returns is not known here
+    alias = dotted_name(base)
+    if alias is not None:  # `model = model.cuda()`, `net = model`: the same module
+        return _sensitivity(facts, alias, node, depth + 1, busy | {node})
     return _expression_verdict(sens, names, value)
 
 

@@ -15,6 +15,7 @@ from gradfix.analysis.module_mode import (
     leaking_evals,
     mode_api,
     mode_items,
+    module_sensitivity,
     own_calls,
     own_loops_around,
     own_switches,
@@ -23,6 +24,7 @@ from gradfix.analysis.module_mode import (
     same_object,
     forward_target,
 )
+from gradfix.analysis.project import FREE
 from gradfix.analysis.vocabulary import calls_backward, caller_owns_mode, is_optimizer_step
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
@@ -253,7 +255,9 @@ class TrainWithoutTrainMode(Rule):
     at the start of the function when the function is one epoch, or at the start of the epoch
     loop's body when the loop also evaluates. A module deliberately kept in eval mode while
     training (frozen batch-norm: `model.eval()` before the loop, or a submodule's `.eval()`)
-    is not reported, or reported without a fix. Only forwards that run before an optimizer
+    is not reported, or reported without a fix. Nor is a mode-free module (every layer it
+    builds acts the same in both modes, judged across the project's files): training it in
+    eval mode changes nothing. Only forwards that run before an optimizer
     step count as training steps: a script's `net.eval()` and test loop after all training is
     not reported. `self.model` switched by another class is another object, and a class with its
     own `train()`/`eval()` methods leaves the mode to its users. A module the function builds
@@ -514,6 +518,8 @@ class TrainWithoutTrainMode(Rule):
         findings: dict[tuple, list[str]] = {}
         notes: dict[tuple, tuple] = {}
         for module, uses in uses_by_module.items():
+            if module_sensitivity(facts, module, uses[0]) == FREE:
+                continue  # training a mode-free module in eval mode changes nothing
             items = mode_items(facts, scope, {module})
             built = _built_here(facts, scope, module)
             if built and not any(i.kind != "train" for i in items):

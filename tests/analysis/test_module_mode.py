@@ -108,3 +108,43 @@ def test_lightning_backpropagates_what_training_step_returns():
     assert [(f.code, f.line) for f in findings] == [("GF102", 15)]
     fine = LIGHTNING.replace("        with torch.no_grad():\n            feats = self.encoder(x)\n            logits", "        feats = self.encoder(x)\n        logits")
     assert check(fine, settings=Settings(select=("GF102", "GF103"))) == []
+
+
+SCRIPT_2017 = """\
+import torch
+from torch import nn
+
+
+class Rnn(nn.Module):
+    def __init__(self, n):
+        super(Rnn, self).__init__()
+        self.lstm = nn.LSTM(n, 32, 2, batch_first=True)
+        self.classifier = nn.Linear(32, 10)
+
+
+model = Rnn(28)
+if torch.cuda.is_available():
+    model = model.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for img, label in train_loader:
+        loss = criterion(model(img), label)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    for img, label in test_loader:
+        print(model(img))
+"""
+
+
+def test_a_mode_free_model_trained_after_eval_is_not_reported():
+    """pytorch-beginner (2017): `.eval()` in the epoch loop is never undone, but the LSTM has no
+    dropout and nothing else depends on the mode: training in eval mode changes nothing.
+    `model = model.cuda()` is the same module."""
+    facts = build_facts(SCRIPT_2017)
+    use = next(c for c in facts.calls if isinstance(c.func, ast.Name) and c.func.id == "model")
+    assert module_sensitivity(facts, "model", use) == FREE
+    assert check(SCRIPT_2017, settings=Settings(select=("GF105",))) == []
+    with_dropout = SCRIPT_2017.replace("32, 2, batch_first=True", "32, 2, batch_first=True, dropout=0.5")
+    assert [f.code for f in check(with_dropout, settings=Settings(select=("GF105",)))] == ["GF105"]
