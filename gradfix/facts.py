@@ -348,11 +348,38 @@ class FileFacts:
                     found.append(r)
         for f in self.functions:
             for dec in f.decorator_list:
-                r = self.grad_region_for(dec, f)
+                r = self.grad_region_for(dec, f) or self._wrapper_region(dec, f)
                 if r is not None:
                     found.append(r)
         found.sort(key=lambda r: (r.owner.lineno, r.owner.col_offset))
         return found
+
+    def _wrapper_region(self, dec: ast.expr, func) -> GradRegion | None:
+        """``@nograd`` where this file defines ``def nograd(f)`` returning a wrapper that runs
+        ``f`` inside a grad-disabled ``with`` (simple-faster-rcnn's utils): a grad-disabled
+        region around ``func``. ``api`` is None: the decorator is not a torch API to rewrite."""
+        if not isinstance(dec, ast.Name) or self.resolve_name(dec.id, dec) is not None:
+            return None
+        maker = next((d for d in self.tree.body if isinstance(d, ast.FunctionDef) and d.name == dec.id), None)
+        if maker is None or not maker.args.args:
+            return None
+        wrapped = maker.args.args[0].arg
+        returned = {r.value.id for r in maker.body if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
+        for inner in maker.body:
+            if not isinstance(inner, ast.FunctionDef) or inner.name not in returned:
+                continue
+            for stmt in inner.body:
+                if not isinstance(stmt, ast.With):
+                    continue
+                modes = {getattr(self.grad_region_for(i.context_expr, stmt), "mode", None) for i in stmt.items}
+                calls_wrapped = any(
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == wrapped
+                    for b in stmt.body
+                    for n in ast.walk(b)
+                )
+                if "disabled" in modes and calls_wrapped:
+                    return GradRegion(func, dec, None, "disabled", True)
+        return None
 
     def regions_around(self, node: ast.AST) -> list[GradRegion]:
         """Grad regions whose body contains ``node``, innermost first.

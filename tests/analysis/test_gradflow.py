@@ -90,3 +90,43 @@ def test_accelerate_and_amp_backward_spellings_are_sites():
     )
     lines = [f.line for f in check(source, settings=Settings(select=("GF102",)))]
     assert lines == [6, 7]
+
+
+NOGRAD_WRAPPER = """\
+import torch as t
+from functools import wraps
+
+
+def nograd(f):
+    @wraps(f)
+    def new_f(*args, **kwargs):
+        with t.no_grad():
+            return f(*args, **kwargs)
+    return new_f
+
+
+class Detector:
+    @nograd
+    def predict(self, imgs):
+        self.eval()
+        return self(imgs)
+
+    def fine_tune(self, imgs):
+        self.predict(imgs).sum().backward()
+"""
+
+
+def test_a_file_local_no_grad_decorator_is_a_grad_disabled_region():
+    """precision-fp.md (chenyuntc/simple-faster-rcnn-pytorch): `@nograd`, a wrapper defined in the
+    same file whose body runs the function under `with t.no_grad()`, disables grad like
+    `@torch.no_grad()`, for every rule that asks where the regions are."""
+    facts = build_facts(NOGRAD_WRAPPER)
+    predict = next(f for f in facts.functions if f.name == "predict")
+    (region,) = [r for r in facts.regions if r.owner is predict]
+    assert region.kind == "decorator" and region.mode == "disabled" and region.api is None
+    forward = next(c for c in facts.calls_in(predict) if isinstance(c.func, ast.Name) and c.func.id == "self")
+    assert facts.grad_mode_at(forward) == "disabled"
+    findings = check(NOGRAD_WRAPPER, settings=Settings(select=("GF102",)))
+    assert [(f.code, f.line) for f in findings] == [("GF102", 20)]
+    plain = NOGRAD_WRAPPER.replace("        with t.no_grad():\n            return f", "        return f")
+    assert [r for r in build_facts(plain).regions] == []
