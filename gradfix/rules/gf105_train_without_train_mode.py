@@ -1,220 +1,45 @@
-"""GF105 train-without-train-mode."""
+"""GF105 train-without-train-mode: a query over module-mode state (gradfix/analysis/module_mode.py)."""
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from gradfix.analysis.insertion import insert_before, statement_at
-from gradfix.analysis.insertion import body_start
 from gradfix.analysis.module_mode import (
-    ModeItem,
+    Plan,
     _callee,
     all_train_at,
-    is_descendant,
+    built_here,
+    constructed,
+    evaluated_after_training,
+    forward_target,
     leaking_evals,
     mode_api,
     mode_items,
     module_sensitivity,
+    optimized_modules,
+    other_global,
     own_calls,
-    own_loops_around,
     own_switches,
+    plan_train_insertion,
     pos,
     related,
     same_object,
-    forward_target,
+    switches_others_only,
 )
 from gradfix.analysis.project import FREE
 from gradfix.analysis.vocabulary import calls_backward, caller_owns_mode, is_optimizer_step
-from gradfix.facts import FileFacts, dotted_name
+from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
-
-
-@dataclass
-class Plan:
-    outcome: str  # "ok", "silent", "insert", "nofix"
-    target: ast.stmt | None = None
-    in_loop: ast.AST | None = None
-
-
-def plan_train_insertion(
-    facts: FileFacts, scope, uses: list[ast.AST], items: list[ModeItem], fresh: bool = False
-) -> Plan:
-    # A fresh module trains (module-level code, or one this function builds before using it);
-    # a function inherits its caller's mode.
-    entry_train = scope is None or fresh
-    if all_train_at(facts, scope, uses, items, entry_train):
-        return Plan("ok")
-    events = [i for i in items if i.kind != "train"]
-    first_use = min(uses, key=pos)
-    # A `.train()` inside a loop around every step: the author switches modes per iteration
-    # (`if phase == "train": model.train() else: model.eval()`); not ours to second-guess.
-    for w in items:
-        if w.kind == "train" and any(
-            all(is_descendant(facts, u, loop) for u in uses) for loop in own_loops_around(facts, w.node, scope)
-        ):
-            return Plan("silent")
-    # A direct `.eval()` before the training, outside any loop around it: eval-mode training on
-    # purpose (frozen batch-norm fine-tuning) or at least not ours to undo.
-    for e in events:
-        if e.kind == "eval" and e.key < (*pos(first_use), 1):
-            e_loops = set(map(id, own_loops_around(facts, e.node, scope)))
-            if not any(e_loops & set(map(id, own_loops_around(facts, u, scope))) for u in uses):
-                return Plan("silent")
-    loop = None
-    for candidate in own_loops_around(facts, first_use, scope):
-        if all(is_descendant(facts, u, candidate) for u in uses) and any(
-            is_descendant(facts, e.node, candidate) for e in events
-        ):
-            loop = candidate
-            break
-    if loop is None:
-        if scope is None:
-            return Plan("nofix")
-        body = scope.body
-        target = body_start(body)
-    else:
-        body = loop.body
-        target = body[0]
-    first_child = next(c for c in body if any(is_descendant(facts, u, c) for u in uses))
-    preceding = [e for e in events if e.key < (*pos(first_child), 1) and any(is_descendant(facts, e.node, c) for c in body)]
-    if any(e.kind == "eval" for e in preceding):
-        return Plan("silent")
-    if preceding:
-        target = first_child
-    planned = sorted([*items, ModeItem(target, "train", 0)], key=lambda i: i.key)
-    if not all_train_at(facts, scope, uses, planned, entry_train):
-        return Plan("nofix")
-    return Plan("insert", target, loop)
-
-
-_PARAMETER_METHODS = ("parameters", "named_parameters")
-
-
-def _optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str] | None:
-    """Modules whose parameters the optimizers stepped in ``scope`` update, when the file shows
-    where every one of them is built (`opt = SGD(net.parameters())`); None when unknown."""
-    out: set[str] = set()
-    for step in steps:
-        receiver = dotted_name(step.func.value)
-        if receiver is None:
-            return None
-        built = []
-        for node in ast.walk(facts.tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-                dotted_name(t) == receiver for t in node.targets
-            ):
-                # Built in this very scope, or a `self.` attribute of this class: elsewhere the
-                # model may reach this function under another name (`net` passed as `model`).
-                here = facts.function_of.get(node) is scope
-                if (here or receiver.startswith("self.")) and same_object(facts, receiver, node, step):
-                    built.append(node.value)
-        if not built:
-            return None  # passed in: which parameters it holds is unknown
-        for call in built:
-            if not call.args and not call.keywords:
-                return None
-            for node in ast.walk(call):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS:
-                    name = dotted_name(node.func.value)
-                    if name is None:
-                        return None
-                    out.add(name)
-    return out
-
-
-def _built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
-    """Statements of ``scope`` that bind the plain local name ``module`` (`net = Net()`), in
-    source order; empty for a parameter, a global, an attribute or module-level code."""
-    if scope is None or "." in module:
-        return []
-    params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
-    if module in params or module in facts.scope_of_node[scope].globals:
-        return []
-    out = []
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name) and node.id == module and isinstance(node.ctx, ast.Store):
-            if facts.function_of.get(node) is scope:
-                stmt = node
-                while stmt is not None and not isinstance(stmt, ast.stmt):
-                    stmt = facts.parents.get(stmt)
-                if stmt is not None:
-                    out.append(stmt)
-    return sorted(out, key=pos)
-
-
-def _constructed(stmt: ast.stmt) -> bool:
-    """`net = Net(...)` / `net = nn.Sequential(...).to(device)`: a new module, in train mode."""
-    value = getattr(stmt, "value", None)
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "cpu"):
-        value = value.func.value
-    return isinstance(value, ast.Call)
-
-
-def _switches_others_only(facts: FileFacts, scope, module: str) -> bool:
-    """The scope puts other modules into train mode itself but never this one: the author
-    manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
-    trains = [s for s in own_switches(facts, scope) if s.mode == "train"]
-    return bool(trains) and not any(related(s.receiver, module) for s in trains)
-
-
-def _other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
-    """``node`` switches a module-level ``module`` while ``scope`` takes a parameter of that
-    name, and module-level code never passes the global to a call: the parameter is another
-    object (`for _, net in frozen_copies.items(): net.eval()` vs `def train(net, …)`)."""
-    if scope is None or not isinstance(node, ast.Call) or facts.function_of.get(node) is not None:
-        return False
-    root = module.split(".", 1)[0]
-    args = scope.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    if root not in params:
-        return False
-    for call in facts.calls:
-        if facts.function_of.get(call) is not None:
-            continue
-        for arg in (*call.args, *(k.value for k in call.keywords)):
-            name = dotted_name(arg.value if isinstance(arg, ast.Starred) else arg)
-            if name is not None and name.split(".", 1)[0] == root:
-                return False
-    return True
-
-
-def _evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
-    """The eval at ``node`` sits in a function that the file calls only after its last call of
-    the training function ``scope``, from the same place and outside every loop that calls it
-    (`for epoch …: train(…)` then a final `test(…)`): no training step follows it here."""
-    if scope is None or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        owner = node
-    else:
-        owner = facts.function_of.get(node)
-    if scope is None or not isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) or owner is scope:
-        return False
-    if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
-        return False  # nested defs and methods: who calls them when is not visible here
-    trains = [c for c in facts.calls if _callee(c) == scope.name]
-    evals = [c for c in facts.calls if _callee(c) == owner.name]
-    if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
-        return False
-    callers = {facts.function_of.get(c) for c in trains + evals}
-    if len(callers) != 1:
-        return False
-    caller = callers.pop()
-    if caller is scope or caller is owner:
-        return False
-    last_train = max(map(pos, trains))
-    train_loops = {id(l) for c in trains for l in own_loops_around(facts, c, caller)}
-    return all(
-        pos(e) > last_train and not {id(l) for l in own_loops_around(facts, e, caller)} & train_loops for e in evals
-    )
 
 
 class TrainWithoutTrainMode(Rule):
     """
     ## What it does
     Finds a training function (it calls `.backward()` and `optimizer.step()`) that runs a
-    module the same file puts into eval mode elsewhere (`model.eval()`, or an evaluation
-    under `no_grad` that GF104 fixes), without calling `<module>.train()` where every training
+    module the same file puts into eval mode elsewhere (a real `model.eval()` /
+    `model.train(False)` call, named in the message with its line), without calling `<module>.train()` where every training
     step is reached after it: in the function, or inside the epoch loop when the loop
     evaluates (`for epoch …: train steps …; evaluate(model)`).
 
@@ -491,8 +316,8 @@ class TrainWithoutTrainMode(Rule):
                     n.lineno
                     for n in nodes
                     if same_object(facts, m, anchor, n)
-                    and not _other_global(facts, scope, m, n)
-                    and not _evaluated_after_training(facts, scope, n)
+                    and not other_global(facts, scope, m, n)
+                    and not evaluated_after_training(facts, scope, n)
                 ]
             )
         }
@@ -514,28 +339,28 @@ class TrainWithoutTrainMode(Rule):
                 target = forward_target(facts, call)
                 if target in evaluated and target not in uses_by_module:
                     uses_by_module[target] = list(steps)
-        optimized = _optimized_modules(facts, scope, steps)
+        optimized = optimized_modules(facts, scope, steps)
         findings: dict[tuple, list[str]] = {}
         notes: dict[tuple, tuple] = {}
         for module, uses in uses_by_module.items():
             if module_sensitivity(facts, module, uses[0]) == FREE:
                 continue  # training a mode-free module in eval mode changes nothing
             items = mode_items(facts, scope, {module})
-            built = _built_here(facts, scope, module)
+            built = built_here(facts, scope, module)
             if built and not any(i.kind != "train" for i in items):
                 continue  # a fresh module of this function: other functions' `net` are other objects
             if self._caller_sets_mode(facts, scope, module):
                 continue
             if scope is not None and mode_api(facts, scope, (module,)):
                 continue  # the class's own train()/eval() methods: its users own the mode
-            if _switches_others_only(facts, scope, module):
+            if switches_others_only(facts, scope, module):
                 continue
             if optimized is not None and not any(related(module, o) for o in optimized):
                 continue  # not trained here: the optimizers update other parameters (or an input)
             frozen = [
                 s for s in own_switches(facts, scope) if s.mode == "eval" and s.receiver.startswith(module + ".")
             ]
-            fresh = bool(built) and pos(built[0]) < min(map(pos, uses)) and _constructed(built[0])
+            fresh = bool(built) and pos(built[0]) < min(map(pos, uses)) and constructed(built[0])
             plan = plan_train_insertion(facts, scope, uses, items, fresh)
             if plan.outcome in ("ok", "silent"):
                 continue
