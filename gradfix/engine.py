@@ -214,6 +214,8 @@ def with_project_index(jobs: Sequence[Job]) -> list[Job]:
 
     from gradfix.analysis.project import ProjectIndex
 
+    if not any(rule.uses_project for job in jobs for rule in selected_rules(job.settings)):
+        return list(jobs)
     index = ProjectIndex.build(job.path for job in jobs)
     return [replace(job, project=index) for job in jobs]
 

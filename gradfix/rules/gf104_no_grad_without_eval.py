@@ -150,6 +150,7 @@ class NoGradWithoutEval(Rule):
     summary = "Module evaluated under no_grad without .eval()"
     fix_safety = FixSafety.UNSAFE
     triggers = (".train(", "backward", ".step(")
+    uses_project = True  # is the module mode-sensitive? (classes of other files)
     options = (
         Option(
             "style",

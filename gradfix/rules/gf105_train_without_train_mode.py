@@ -96,6 +96,7 @@ class TrainWithoutTrainMode(Rule):
     summary = "Training steps may run in eval mode (no .train() after an .eval())"
     fix_safety = FixSafety.UNSAFE
     triggers = ("backward",)
+    uses_project = True  # is the module mode-sensitive? (classes of other files)
 
     _EVAL = "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"
 

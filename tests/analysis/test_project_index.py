@@ -173,3 +173,14 @@ def test_a_file_changed_after_indexing_is_unknown_not_guessed(tree):
     (tree / "pkg" / "blocks.py").write_text(BLOCKS + "\n# edited\n")
     facts = build_facts(PREDICT, str(tree / "predict.py"))
     assert Sensitivity(index, facts.tree, "predict").of_qualname("pkg.models.Net") == UNKNOWN
+
+
+def test_the_index_is_built_only_when_a_selected_rule_asks_it(tree):
+    from gradfix.engine import Job, with_project_index
+    from gradfix.model import Settings as S
+
+    jobs = [Job(str(p), S(select=("GF102",)), p.name) for p in tree.rglob("*.py")]
+    assert all(j.project is None for j in with_project_index(jobs))
+    jobs = [Job(str(p), S(select=("GF104",)), p.name) for p in tree.rglob("*.py")]
+    indexed = with_project_index(jobs)
+    assert indexed[0].project is not None and all(j.project is indexed[0].project for j in indexed)
