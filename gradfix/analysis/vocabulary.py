@@ -172,11 +172,25 @@ def framework_loss(facts: FileFacts, func, ret: ast.Return) -> ast.expr | None:
     return None if isinstance(value, ast.Constant) else value
 
 
+def event_handler(func) -> bool:
+    """An Ignite-style handler: ``@trainer.on(Events.EPOCH_COMPLETED)`` (the engine that runs it
+    owns the mode; Ignite's evaluators set eval mode themselves)."""
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr in ("on", "add_event_handler")
+        for d in getattr(func, "decorator_list", ())
+    )
+
+
 def caller_owns_mode(facts: FileFacts, func) -> bool:
-    """``func`` runs in whatever mode its caller set: forward, framework method, hook."""
+    """``func`` runs in whatever mode its caller set: forward, framework method, hook, handler."""
     if func is None:
         return False
-    return bool(CALLER_OWNS_MODE.match(func.name)) or framework_method(facts, func) or func.name in registered_hooks(facts)
+    return (
+        bool(CALLER_OWNS_MODE.match(func.name))
+        or framework_method(facts, func)
+        or func.name in registered_hooks(facts)
+        or event_handler(func)
+    )
 
 
 # -- tensor provenance ---------------------------------------------------------------------------

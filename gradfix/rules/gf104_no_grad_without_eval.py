@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
+from gradfix.analysis.gradflow import short_code
 from gradfix.analysis.insertion import body_start, insert_before, statement_at, unused_name
 from gradfix.analysis.module_mode import (
     _bound_names,
@@ -169,6 +170,11 @@ class NoGradWithoutEval(Rule):
     )
 
     VALID = [
+        # an Ignite handler: the engine that calls it owns the mode
+        Valid(
+            "import torch\n" + _TRAIN + "\n@trainer.on(Events.EPOCH_COMPLETED)\ndef log_val(engine):\n"
+            "    with torch.no_grad():\n        print(model(x))\n"
+        ),
         # already calls .eval() before the region
         Valid("import torch\n" + _TRAIN + "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"),
         # the enclosing function calls .eval() before calling the inner one
@@ -418,7 +424,7 @@ class NoGradWithoutEval(Rule):
             region = gap.region
             names = ", ".join(f"`{m}`" for m in gap.modules)
             evals = "; ".join(f"`{m}.eval()`" for m in gap.modules)
-            where = f"`{facts.segment(region.expr)}`"
+            where = f"`{short_code(facts, region.expr, 30)}`"
             verb = "runs" if len(gap.modules) == 1 else "run"
             message = f"{names} {verb} under {where} in train mode ({gap.evidence[0]}): dropout/batch norm stay on"
             if region.kind == "decorator":
