@@ -145,9 +145,24 @@ class Flow:
         if _toggles_grad_mode(self.facts, func) or isinstance(func, ast.Lambda):
             return None
         result = GradFreeAnalysis(self, func, summary=True).run()
-        differentiates = [s for s in result.sites if s.status is not None and any(isinstance(m, Param) for m in s.status)]
+        # Only an unconditional differentiation is a fact about every call: `if opt is not
+        # None: loss.backward()` (the Annotated Transformer's loss helper, called with opt=None
+        # for validation under no_grad) depends on arguments the summary does not follow.
+        differentiates = [
+            s
+            for s in result.sites
+            if s.status is not None and any(isinstance(m, Param) for m in s.status) and self._unconditional(s.stmt, func)
+        ]
         self._summaries[func] = summary = Summary(result.returns, differentiates)
         return summary
+
+    def _unconditional(self, stmt: ast.stmt, func) -> bool:
+        node = self.facts.parents.get(stmt)
+        while node is not None and node is not func:
+            if isinstance(node, (ast.If, ast.Try, ast.While, ast.Match)) or type(node).__name__ == "TryStar":
+                return False
+            node = self.facts.parents.get(node)
+        return True
 
     def callee(self, call: ast.Call, caller) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The function of this file that ``call`` runs: ``f(...)`` for a module-level or

@@ -130,3 +130,17 @@ def test_a_file_local_no_grad_decorator_is_a_grad_disabled_region():
     assert [(f.code, f.line) for f in findings] == [("GF102", 20)]
     plain = NOGRAD_WRAPPER.replace("        with t.no_grad():\n            return f", "        return f")
     assert [r for r in build_facts(plain).regions] == []
+
+
+def test_a_conditional_backward_in_a_helper_is_no_fact_about_every_call():
+    """The Annotated Transformer's loss helper backpropagates only when given an optimizer;
+    validation calls it under no_grad without one."""
+    source = (
+        "import torch\ndef loss_compute(out, y, crit, opt=None):\n    loss = crit(out, y)\n    if opt is not None:\n"
+        "        loss.backward()\n        opt.step()\n    return loss.item()\n\n"
+        "def validate(model, loader, crit):\n    total = 0.0\n    for x, y in loader:\n        with torch.no_grad():\n"
+        "            out = model(x)\n        total += loss_compute(out, y, crit)\n    return total\n"
+    )
+    assert check(source, settings=Settings(select=("GF102", "GF103"))) == []
+    unconditional = source.replace("    if opt is not None:\n        loss.backward()\n        opt.step()\n", "    loss.backward()\n")
+    assert [f.code for f in check(unconditional, settings=Settings(select=("GF102", "GF103")))] == ["GF103"]
