@@ -42,6 +42,11 @@ class OverbroadNoGrad(Rule):
     (`center_loss`, `disc_loss_fn`, `adv_criterion`). A loop over a model's outputs
     (`for logits in student(batch)`) is not a loop over data.
 
+    The block and the backward may sit in different functions: a helper that computes the
+    forward under `no_grad` and returns the output, a training loop (or a LightningModule's
+    `training_step`, whose returned loss Lightning backpropagates) that calls it. The finding
+    is on the block; its fix changes the helper for every caller.
+
     ## Why is this bad?
     Nothing inside `no_grad` records a graph, so the loss has no `grad_fn` and
     `loss.backward()` raises `RuntimeError: element 0 of tensors does not require grad and
