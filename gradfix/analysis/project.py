@@ -52,7 +52,20 @@ _RUNNING_STATS = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"
 _RNN = {"RNN": 4, "LSTM": 4, "GRU": 4, "MultiheadAttention": 2}  # name -> position of `dropout`
 # Drop-in replacements of torch.nn layers in other libraries (same constructor arguments).
 _OPACUS_LAYERS = {"DPLSTM": "LSTM", "DPGRU": "GRU", "DPRNN": "RNN", "DPMultiheadAttention": "MultiheadAttention"}
-_FUNCTIONAL_MODE = re.compile(r"\bself\.training\b|\bdropout\w*\(|\bbatch_norm\(|\binstance_norm\(|\bdrop_path\w*\(|\bDropPath\(")
+_MODE_FUNCTIONS = re.compile(r"^(dropout\w*|\w*_dropout|batch_norm|instance_norm|drop_path\w*|DropPath|alpha_dropout|rrelu)$")
+
+
+def _reads_mode(func) -> bool:
+    """A method that reads ``self.training`` or calls functional dropout / batch norm / drop path."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Attribute) and node.attr == "training":
+            return True
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if _MODE_FUNCTIONS.match(name):
+                return True
+    return False
 _KNOWN_SENSITIVE = re.compile(
     r"^(torchvision\.models\.|timm\.create_model$|timm\.models\.|transformers\.|torch\.hub\.load$|"
     r"segmentation_models_pytorch\.|efficientnet_pytorch\.|pretrainedmodels\.)|\.from_pretrained$"
@@ -292,6 +305,12 @@ class Sensitivity:
     def of_qualname(self, qualname: str, call: ast.Call | None = None, depth: int = 0, near: str | None = None) -> str:
         """Verdict for constructing/calling ``qualname`` (a torch layer, a known factory, a
         class or factory function of the project)."""
+        try:
+            return self._of_qualname(qualname, call, depth, near)
+        except RecursionError:  # a pathological file elsewhere must not sink this one
+            return UNKNOWN
+
+    def _of_qualname(self, qualname: str, call: ast.Call | None, depth: int, near: str | None) -> str:
         if qualname.startswith("torch.nn."):
             verdict = torch_layer_verdict(qualname[len("torch.nn.") :], call)
             return verdict if verdict is not None else UNKNOWN
@@ -340,7 +359,7 @@ class Sensitivity:
             if qual in ("torch.nn.Module", "torch.nn.modules.module.Module"):
                 continue
             verdicts.append(self.of_qualname(qual, None, depth + 1, module) if qual else UNKNOWN)
-        if any(_FUNCTIONAL_MODE.search(ast.unparse(m)) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        if any(_reads_mode(m) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))):
             verdicts.append(SENSITIVE)
         for call in _building_calls(cls):
             verdicts.append(self.built(call, names, depth, module))

@@ -184,3 +184,16 @@ def test_the_index_is_built_only_when_a_selected_rule_asks_it(tree):
     jobs = [Job(str(p), S(select=("GF104",)), p.name) for p in tree.rglob("*.py")]
     indexed = with_project_index(jobs)
     assert indexed[0].project is not None and all(j.project is indexed[0].project for j in indexed)
+
+
+def test_a_class_whose_forward_reads_training_is_mode_sensitive():
+    source = (
+        "import torch.nn as nn\nimport torch.nn.functional as F\n"
+        "class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.fc = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n        return F.dropout(self.fc(x), 0.5, training=self.training)\n"
+        "class Plain(nn.Module):\n    def __init__(self, act_layer=nn.GELU):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n        self.act = act_layer()\n"
+    )
+    sens = Sensitivity(None, build_facts(source).tree, "")
+    assert sens.of_qualname("Net") == SENSITIVE
+    assert sens.of_qualname("Plain") == UNKNOWN  # `act_layer()` could build anything
