@@ -38,10 +38,12 @@ class TrainWithoutTrainMode(Rule):
     """
     ## What it does
     Finds a training function (it calls `.backward()` and `optimizer.step()`) that runs a
-    module the same file puts into eval mode elsewhere (a real `model.eval()` /
-    `model.train(False)` call, named in the message with its line), without calling `<module>.train()` where every training
-    step is reached after it: in the function, or inside the epoch loop when the loop
-    evaluates (`for epoch …: train steps …; evaluate(model)`).
+    module the same file puts into eval mode elsewhere (a real `model.eval()` or
+    `model.train(False)` call, named in the message with its line), without calling
+    `<module>.train()` where every training step is reached after it: in the function, or
+    inside the epoch loop when the loop evaluates (`for epoch …: train steps …;
+    evaluate(model)`). It reports what the file does: an evaluation that lacks `.eval()` is
+    GF104's, and once GF104's fix has put a `.eval()` in the file, GF105 reports the loops.
 
     ## Why is this bad?
     `.eval()` sticks: after the first evaluation every later training step runs with dropout
