@@ -86,9 +86,11 @@ def default_cache_dir() -> Path:
     return project_root(Path.cwd().resolve()) / CACHE_DIR_NAME
 
 
-def cache_for_run(enabled: bool) -> Cache | None:
-    """The cache a command-line run uses: None with ``--no-cache``."""
-    return Cache(default_cache_dir()) if enabled else None
+def cache_for_run(enabled: bool, project_digest: str = "") -> Cache | None:
+    """The cache a command-line run uses: None with ``--no-cache``. ``project_digest`` is the
+    run's project index digest (``ProjectIndex.digest()``): cross-file facts are part of every
+    key, so an edit anywhere in the indexed tree invalidates the entries of this run's files."""
+    return Cache(default_cache_dir(), project_digest) if enabled else None
 
 
 class Cache:

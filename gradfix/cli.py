@@ -26,7 +26,7 @@ from gradfix.config import (
     settings_for,
     validate_codes,
 )
-from gradfix.engine import Job
+from gradfix.engine import Job, with_project_index
 from gradfix.files import PathError, discover, path_spec
 from gradfix.model import FileResult, Settings
 from gradfix.report import (
@@ -274,6 +274,7 @@ def check_command(
     elif not quiet:
         for warning in _inert_extend_select(jobs_list[0].settings, cli.extend_select):
             _err(warning)
+    jobs_list = with_project_index(jobs_list)
     if verify_cmd is not None:
         raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
     if interactive:
@@ -283,7 +284,8 @@ def check_command(
             results = [_process_stdin(jobs_list[0], diff or apply)]
         else:
             want_edits = output_format is OutputFormat.sarif  # SARIF carries each finding's own fix
-            cache = cache_for_run(not no_cache)  # used by report mode only
+            project = jobs_list[0].project if jobs_list else None
+            cache = cache_for_run(not no_cache, project.digest() if project is not None else "")  # report mode only
             results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text, want_edits, cache)
         exit_code = _emit(results, jobs_list, out, path_errors)
         if path_errors or walk_errors:

@@ -11,7 +11,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gradfix import formfeed
 from gradfix.facts import build_facts
@@ -97,9 +97,11 @@ def _suppressed(finding: Finding, lines: Sequence[str]) -> bool:
     return False
 
 
-def check(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> list[Finding]:
+def check(source: bytes | str, path: str = "<string>", settings: Settings = Settings(), project=None) -> list[Finding]:
     """Findings in ``source``, sorted by position, suppression comments honoured.
 
+    ``project`` is the run's :class:`~gradfix.analysis.project.ProjectIndex` (classes defined
+    in other files of the tree), or None to judge the file on its own.
     Raises :class:`SourceError` when the source does not parse.
     """
     text = decode_source(source)
@@ -111,7 +113,7 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
         return []  # no facts for a file no rule's trigger admits
     enabled = [r.code for r in chosen]
     rules = [r(settings.options_for(r.code), enabled) for r in triggered]
-    facts = build_facts(text, path, tree)
+    facts = build_facts(text, path, tree, project)
     findings: list[Finding] = []
     for rule in rules:
         findings.extend(f for f in rule.check(facts) if not _suppressed(f, facts.lines))
@@ -258,19 +260,21 @@ class StableFix:
     notes: list[str]
 
 
-def fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>") -> StableFix:
+def fix_until_stable(
+    source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>", project=None
+) -> StableFix:
     aside = formfeed.set_aside(source)
     if aside is not None:  # LibCST drops a form feed that starts a line of code: fix without them
-        inner_findings = check(aside.stripped, path, settings)
+        inner_findings = check(aside.stripped, path, settings, project)
         if len(inner_findings) == len(findings):
-            inner = _fix_until_stable(aside.stripped, inner_findings, settings, path)
+            inner = _fix_until_stable(aside.stripped, inner_findings, settings, path, project)
             if inner.source == aside.stripped:
                 return StableFix(source, [], set(), findings, inner.notes)
             restored = aside.restore(inner.source)
             if _compiles(restored, path) and formfeed.set_aside(restored).stripped == inner.source:
-                return StableFix(restored, inner.fixed, inner.first_pass, check(restored, path, settings), inner.notes)
+                return StableFix(restored, inner.fixed, inner.first_pass, check(restored, path, settings, project), inner.notes)
         return StableFix(source, [], set(), findings, ["cannot fix: the form feeds of this file could not be kept; left unchanged"])
-    return _fix_until_stable(source, findings, settings, path)
+    return _fix_until_stable(source, findings, settings, path, project)
 
 
 def _compiles(source: bytes, path: str) -> bool:
@@ -281,7 +285,7 @@ def _compiles(source: bytes, path: str) -> bool:
     return True
 
 
-def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str) -> StableFix:
+def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str, project) -> StableFix:
     current, fixed, first_pass, notes = source, [], set(), []
     for number in range(FIX_PASSES):
         run = fix_findings(current, findings, settings, path)
@@ -294,14 +298,14 @@ def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings
             first_pass = set(run.applied)
         fixed += [findings[i] for i in sorted(run.applied)]
         current = run.source
-        findings = check(current, path, settings)  # it compiled, so it parses
+        findings = check(current, path, settings, project)  # it compiled, so it parses
     return StableFix(current, fixed, first_pass, findings, notes)
 
 
-def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings()) -> bytes | str:
+def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings(), project=None) -> bytes | str:
     """``source`` with every allowed fix applied (same type as given)."""
     as_bytes = source.encode("utf-8") if isinstance(source, str) else source
-    new = fix_until_stable(as_bytes, check(as_bytes, path, settings), settings, path).source
+    new = fix_until_stable(as_bytes, check(as_bytes, path, settings, project), settings, path, project).source
     return new.decode("utf-8") if isinstance(source, str) else new
 
 
@@ -312,6 +316,20 @@ class Job:
     path: str
     settings: Settings
     display: str  # the path as shown to the user
+    project: Any = None  # the run's ProjectIndex (gradfix/analysis/project.py), shared by every job
+
+
+def with_project_index(jobs: Sequence[Job]) -> list[Job]:
+    """The jobs with one :class:`~gradfix.analysis.project.ProjectIndex` of their files (a
+    read and a hash per file; files are parsed only when a rule asks about a class in them)."""
+    from dataclasses import replace
+
+    from gradfix.analysis.project import ProjectIndex
+
+    if not any(rule.uses_project for job in jobs for rule in selected_rules(job.settings)):
+        return list(jobs)
+    index = ProjectIndex.build(job.path for job in jobs)
+    return [replace(job, project=index) for job in jobs]
 
 
 def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
@@ -321,7 +339,7 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
         return _process_notebook(source, job, want_fixes)
     result = FileResult(job.display, old_source=source)
     try:
-        findings = check(source, job.display, job.settings)
+        findings = check(source, job.display, job.settings, job.project)
     except SourceError as exc:
         result.error, result.error_kind = f"{exc.line}:{exc.col}: {exc.message}", "syntax"
         return result
@@ -333,7 +351,7 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
         for outcome in result.findings:
             outcome.edit = own.get(id(outcome.finding))
     if want_fixes:
-        stable = fix_until_stable(source, findings, job.settings, job.display)
+        stable = fix_until_stable(source, findings, job.settings, job.display, job.project)
         result.notes.extend(stable.notes)
         if stable.source != source:
             # Fixed findings (where they were found) and what is left in the new source.
@@ -348,12 +366,12 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
     from gradfix.notebook import process_notebook
 
     def check_cells(text: str) -> list[Finding]:
-        return check(text, job.display, job.settings)
+        return check(text, job.display, job.settings, job.project)
 
     def fix_cells(text: str, findings: list[Finding]) -> FixRun:
         from gradfix.fixer import FixRun
 
-        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display)
+        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display, job.project)
         return FixRun(stable.source, stable.first_pass, stable.notes)
 
     try:

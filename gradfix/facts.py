@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Iterator
+from typing import Any, Callable, Hashable, Iterable, Iterator
 
 from gradfix.model import Span
 
@@ -111,7 +111,7 @@ class Scope:
 class FileFacts:
     """Facts about one parsed file. Build with :func:`build_facts`."""
 
-    def __init__(self, source: str, tree: ast.Module, path: str = "<string>"):
+    def __init__(self, source: str, tree: ast.Module, path: str = "<string>", project: Any = None):
         self.source = source
         self.path = path
         self.tree = tree
@@ -125,7 +125,23 @@ class FileFacts:
         self.calls: list[ast.Call] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        #: The :class:`~gradfix.analysis.project.ProjectIndex` of the run, or None (one file).
+        self.project = project
+        self._memo: dict[Any, Any] = {}
         self._collect()
+
+    # -- derived analyses, computed once per file ----------------------------------------
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per file under ``key`` (a tuple naming the analysis).
+
+        The analysis layer (gradfix/analysis/) caches what it derives here, so that every rule
+        asking the same question shares one answer and nobody writes into ``__dict__``.
+        """
+        try:
+            return self._memo[key]
+        except KeyError:
+            value = self._memo[key] = compute()
+            return value
 
     # -- the one walk -------------------------------------------------------------------
     def _collect(self) -> None:
@@ -332,11 +348,38 @@ class FileFacts:
                     found.append(r)
         for f in self.functions:
             for dec in f.decorator_list:
-                r = self.grad_region_for(dec, f)
+                r = self.grad_region_for(dec, f) or self._wrapper_region(dec, f)
                 if r is not None:
                     found.append(r)
         found.sort(key=lambda r: (r.owner.lineno, r.owner.col_offset))
         return found
+
+    def _wrapper_region(self, dec: ast.expr, func) -> GradRegion | None:
+        """``@nograd`` where this file defines ``def nograd(f)`` returning a wrapper that runs
+        ``f`` inside a grad-disabled ``with`` (simple-faster-rcnn's utils): a grad-disabled
+        region around ``func``. ``api`` is None: the decorator is not a torch API to rewrite."""
+        if not isinstance(dec, ast.Name) or self.resolve_name(dec.id, dec) is not None:
+            return None
+        maker = next((d for d in self.tree.body if isinstance(d, ast.FunctionDef) and d.name == dec.id), None)
+        if maker is None or not maker.args.args:
+            return None
+        wrapped = maker.args.args[0].arg
+        returned = {r.value.id for r in maker.body if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
+        for inner in maker.body:
+            if not isinstance(inner, ast.FunctionDef) or inner.name not in returned:
+                continue
+            for stmt in inner.body:
+                if not isinstance(stmt, ast.With):
+                    continue
+                modes = {getattr(self.grad_region_for(i.context_expr, stmt), "mode", None) for i in stmt.items}
+                calls_wrapped = any(
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == wrapped
+                    for b in stmt.body
+                    for n in ast.walk(b)
+                )
+                if "disabled" in modes and calls_wrapped:
+                    return GradRegion(func, dec, None, "disabled", True)
+        return None
 
     def regions_around(self, node: ast.AST) -> list[GradRegion]:
         """Grad regions whose body contains ``node``, innermost first.
@@ -408,16 +451,15 @@ class FileFacts:
     # -- data flow by name (within a function) --------------------------------------------
     def name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:
         """For each name bound in ``func``: the names its assigned values read."""
-        cache = self.__dict__.setdefault("_deps_cache", {})
-        if func in cache:
-            return cache[func]
+        return self.memo(("name_dependencies", func), lambda: self._name_dependencies(func))
+
+    def _name_dependencies(self, func: FunctionNode | None) -> dict[str, set[str]]:
         deps: dict[str, set[str]] = {}
         for stmt in self.statements(func):
             for targets, value in _bindings(stmt):
                 reads = names_read(value) if value is not None else set()
                 for t in targets:
                     deps.setdefault(t, set()).update(reads)
-        cache[func] = deps
         return deps
 
     def flows_into(self, func: FunctionNode | None, sources: set[str], target: str) -> bool:
@@ -540,7 +582,7 @@ def _first_arg(call: ast.Call, keyword: str) -> ast.expr | None:
     return None
 
 
-def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = None) -> FileFacts:
+def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = None, project: Any = None) -> FileFacts:
     if tree is None:
         tree = ast.parse(source, filename=path)
-    return FileFacts(source, tree, path)
+    return FileFacts(source, tree, path, project)

@@ -93,6 +93,9 @@ class Rule:
     #: (cheap pre-filter, so most files of a big tree are never walked). Empty: always run.
     triggers: ClassVar[tuple[str, ...]] = ()
     options: ClassVar[tuple[Option, ...]] = ()
+    #: Whether the rule asks the project index (classes of other files): the CLI builds the
+    #: index only when a selected rule does.
+    uses_project: ClassVar[bool] = False
     #: What the fix does, in a few words ("Add `()`"); a finding may give its own.
     fix_title: ClassVar[str | None] = None
     #: What `gradfix verify` must observe when fixture models run before/after the fix (see

@@ -138,8 +138,11 @@ def test_forged_but_well_formed_entries_are_checked_field_by_field(tree, entry):
 
 
 def test_apply_never_trusts_the_cache(tree, capsys):
-    # A well-formed entry that says "no findings" for the file as it is on disk:
-    cache = Cache(tree / "cache")
+    # A well-formed entry that says "no findings" for the file as it is on disk (the run's
+    # project index of that one file is part of the key):
+    from gradfix.analysis.project import ProjectIndex
+
+    cache = Cache(tree / "cache", ProjectIndex.build(["pkg/train.py"]).digest())
     key = cache.key((tree / "pkg" / "train.py").read_bytes(), "pkg/train.py", Settings(), False)
     _forge(cache, key, {"path": "pkg/train.py", "result": {"findings": [], "error": None, "error_kind": None, "notes": []}})
     assert "All checks passed!" in run(capsys, "pkg/train.py")[1]  # report mode believes it

@@ -6,19 +6,11 @@ import ast
 
 from gradfix.lazy import cst, transformer
 
+from gradfix.analysis.gradflow import BUILTINS, Flow, analyses, short_code, tainting_with_regions
+from gradfix.analysis.vocabulary import COMPUTE_METHODS, DETACHING_METHODS, VIEW_METHODS
 from gradfix.facts import target_names
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
-from gradfix.rules.gf102_backward_in_no_grad import (
-    _BUILTINS,
-    COMPUTE_METHODS,
-    DETACHING_METHODS,
-    VIEW_METHODS,
-    GradFreeAnalysis,
-    analyses,
-    short_code,
-    tainting_with_regions,
-)
 
 
 class OverbroadNoGrad(Rule):
@@ -49,6 +41,11 @@ class OverbroadNoGrad(Rule):
     receive (`def d_loss(real, fake): return bce(D(real), ...)`), and names that say so
     (`center_loss`, `disc_loss_fn`, `adv_criterion`). A loop over a model's outputs
     (`for logits in student(batch)`) is not a loop over data.
+
+    The block and the backward may sit in different functions: a helper that computes the
+    forward under `no_grad` and returns the output, a training loop (or a LightningModule's
+    `training_step`, whose returned loss Lightning backpropagates) that calls it. The finding
+    is on the block; its fix changes the helper for every caller.
 
     ## Why is this bad?
     Nothing inside `no_grad` records a graph, so the loss has no `grad_fn` and
@@ -98,7 +95,7 @@ class OverbroadNoGrad(Rule):
     name = "overbroad-no-grad"
     summary = "no_grad block also covers the stage that should train"
     fix_safety = FixSafety.UNSAFE
-    triggers = ("backward",)
+    triggers = ("backward", "training_step")
     options = (
         Option("style", ("detach", "narrow"), "detach: drop the block, detach the frozen output; narrow: keep no_grad on the frozen stage only"),
     )
@@ -271,45 +268,44 @@ class OverbroadNoGrad(Rule):
 
     # -- detection --------------------------------------------------------------------------
     def check(self, facts):
+        # One finding per block, wherever the backward that it feeds runs (this function or a
+        # caller: the forward in one function and the backward in another).
+        by_region: dict = {}
         for analysis in analyses(facts):
-            by_region: dict = {}
             for site in analysis.sites:
-                if site.kind != "backward":
-                    continue
-                for region in tainting_with_regions(facts, site):
-                    by_region.setdefault(region.owner, (region, []))[1].append(site)
-            for region, sites in sorted(by_region.values(), key=lambda rs: rs[0].owner.lineno):
-                plan = self._plan(facts, analysis.func, region, sites)
-                yield self.report(
-                    facts,
-                    region.owner,
-                    self._message(facts, region, sites, plan),
-                    fix=plan is not None,
-                    anchors=[region.owner, *(s.stmt for s in sites)],
-                    data=plan,
-                )
+                if site.kind == "backward":
+                    for region in tainting_with_regions(facts, site):
+                        by_region.setdefault(region.owner, (region, []))[1].append(site)
+        for region, sites in sorted(by_region.values(), key=lambda rs: rs[0].owner.lineno):
+            plan = self._plan(facts, facts.enclosing_function(region.owner), region, sites)
+            yield self.report(
+                facts,
+                region.owner,
+                self._message(facts, region, sites),
+                fix=plan is not None,
+                anchors=[region.owner, *(s.stmt for s in sites if s.stmt.lineno != region.owner.lineno)],
+                data=plan,
+                fix_title=self._fix_title(plan),
+            )
 
-    def _message(self, facts, region, sites, plan) -> str:
+    def _message(self, facts, region, sites) -> str:
         site = sites[0]
-        tensor = short_code(facts, site.tensor)
-        bound = [n for stmt in region.body for n in _bound_names(stmt)]
-        names = ", ".join(f"`{n}`" for n in dict.fromkeys(bound)) or "its values"
-        head = (
-            f"`{tensor}` (`.backward()`ed at line {site.call.lineno}) depends only on grad-free values from "
-            f"`with {facts.segment(region.expr)}:` ({names}): it has no grad_fn, so backward raises RuntimeError"
-        )
+        tensor = short_code(facts, site.tensor, 30)
+        where = f"line {site.origin.call.lineno}"
+        return f"`{tensor}`, backpropagated at {where}, is computed only from this block: no grad_fn, backward raises RuntimeError"
+
+    @staticmethod
+    def _fix_title(plan) -> str | None:
         if plan is None:
-            return head + "; no fix: the block is not a clear frozen-stage-then-consumer shape (move the trainable part out of the block by hand)"
-        kind = plan[0]
-        why = "gradients will now flow into {} and the RuntimeError disappears"
-        if kind == "single":
-            return head + "; fix (unsafe): drop the block and detach the inner call's result — " + why.format("the outer call")
+            return None
+        if plan[0] == "single":
+            return "Drop the block and detach the inner call's result"
         first, last = plan[2], plan[3]
         lines = f"line {first}" if first == last else f"lines {first}-{last}"
+        if plan[0] == "narrow":
+            return f"Keep no_grad around the frozen stage only; move {lines} out"
         frozen = ", ".join(f"`{n}`" for n in plan[4])
-        if kind == "narrow":
-            return head + f"; fix (unsafe): keep the block around the frozen stage only and move {lines} out of it — " + why.format(lines)
-        return head + f"; fix (unsafe): drop the block and detach the frozen stage's output {frozen} where {lines} {'reads' if first == last else 'read'} it — " + why.format(lines)
+        return f"Drop the block; detach {frozen} where {lines} read it"
 
     def _plan(self, facts, func, region, sites):
         """What the fix does (picklable), or None when the shape is not clear."""
@@ -327,8 +323,8 @@ class OverbroadNoGrad(Rule):
         calls = {id(s.call) for s in sites}
 
         def fixes_the_loss(detached) -> bool:
-            after = GradFreeAnalysis(facts, func, ignore=frozenset({owner}), detached=frozenset(detached)).run()
-            return all(s.status is None for s in after.sites if id(s.call) in calls)
+            after = analyses(facts, Flow(facts, ignore={owner}, detached=detached))
+            return all(s.status is None for a in after for s in a.sites if id(s.call) in calls)
 
         drop_import = _import_of(facts, region)
         if len(body) == 1:
@@ -457,7 +453,7 @@ def _stage_call(facts, call: ast.Call) -> bool:
     if qual is not None and (qual.startswith("torch.") or qual.startswith("builtins.")):
         return False
     if isinstance(func, ast.Name):
-        return func.id not in _BUILTINS
+        return func.id not in BUILTINS
     return func.attr not in VIEW_METHODS | COMPUTE_METHODS | DETACHING_METHODS
 
 

@@ -1,375 +1,49 @@
-"""GF105 train-without-train-mode."""
+"""GF105 train-without-train-mode: a query over module-mode state (gradfix/analysis/module_mode.py)."""
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
-from gradfix.facts import FileFacts, dotted_name
-from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
-from gradfix.rules.gf104_no_grad_without_eval import (
-    CALLER_OWNS_MODE,
-    EVALISH,
-    body_start,
-    calls_backward,
-    covers,
-    evaluation_gaps,
+from gradfix.analysis.insertion import insert_before, statement_at
+from gradfix.analysis.module_mode import (
+    Plan,
+    _callee,
+    all_train_at,
+    built_here,
+    constructed,
+    evaluated_after_training,
     forward_target,
-    insert_before,
-    is_descendant,
-    is_optimizer_step,
+    leaking_evals,
+    mode_api,
+    mode_items,
+    module_sensitivity,
+    optimized_modules,
+    other_global,
     own_calls,
-    own_loops_around,
     own_switches,
-    passed_names,
+    plan_train_insertion,
     pos,
     related,
     same_object,
-    statement_at,
-    _lightning_method,
-    _mode_api,
+    switches_others_only,
 )
-
-
-@dataclass(frozen=True)
-class ModeItem:
-    """Something in a scope that sets a module's mode: ``train`` (w), ``eval`` or ``evalcall``."""
-
-    node: ast.AST
-    kind: str
-    order: int = 1  # 0 for a planned insertion: it runs before a statement at the same spot
-
-    @property
-    def key(self) -> tuple[int, int, int]:
-        return (*pos(self.node), self.order)
-
-
-def _function_named(facts: FileFacts, name: str):
-    return [f for f in facts.functions if f.name == name]
-
-
-def _callee_name(call: ast.Call) -> str | None:
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
-
-
-def _leaves_eval(facts: FileFacts, func, names: set[str]) -> bool:
-    """Calling ``func`` leaves one of ``names`` in eval mode (its last switch is `.eval()`)."""
-    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
-    if mine:
-        return max(mine, key=lambda s: pos(s.call)).mode == "eval"
-    return any(g.func is func and any(covers(m, n) for m in g.modules for n in names) for g in evaluation_gaps(facts))
-
-
-def _branch_of(facts: FileFacts, node: ast.AST, stop) -> tuple[ast.If, str] | None:
-    """The innermost `if` (below ``stop``) holding ``node``, and which branch: body/orelse."""
-    child, current = node, facts.parents.get(node)
-    while current is not None and current is not stop:
-        if isinstance(current, ast.If) and child is not current.test:
-            return current, ("body" if child in current.body else "orelse")
-        child, current = current, facts.parents.get(current)
-    return None
-
-
-def _mode_by_argument(facts: FileFacts, func, call: ast.Call, names: set[str]) -> str | None:
-    """``func`` switches the module to train in one branch of an `if` and to eval in the other
-    (`def net_mode(self, train): if train: net.train() else: net.eval()`): the caller picks the
-    mode. Returns the mode ``call`` picks when its argument is a literal bool, `"train"` when it
-    cannot be told (it may set train mode: stay silent), None for any other helper."""
-    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
-    trains = [s for s in mine if s.mode == "train"]
-    evals = [s for s in mine if s.mode == "eval"]
-    if not trains or not evals:
-        return None
-    places = [_branch_of(facts, s.call, func) for s in mine]
-    if any(p is None for p in places) or len({id(p[0]) for p in places}) != 1:
-        return None
-    branch = places[0][0]
-    by_branch = {where: {s.mode for s, (_, b) in zip(mine, places) if b == where} for where in ("body", "orelse")}
-    if len(by_branch["body"]) != 1 or len(by_branch["orelse"]) != 1 or by_branch["body"] == by_branch["orelse"]:
-        return None
-    test, negated = branch.test, False
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        test, negated = test.operand, True
-    if not isinstance(test, ast.Name):
-        return "train"
-    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
-    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
-        params = params[1:]
-    value = None
-    for index, arg in enumerate(call.args):
-        if index < len(params) and params[index] == test.id:
-            value = arg
-    for kw in call.keywords:
-        if kw.arg == test.id:
-            value = kw.value
-    if not isinstance(value, ast.Constant) or not isinstance(value.value, bool):
-        return "train"
-    taken = "body" if value.value != negated else "orelse"
-    return next(iter(by_branch[taken]))
-
-
-def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
-    """Mode switches of the module called ``names`` in ``scope``, in source order."""
-    items = []
-    for s in own_switches(facts, scope):
-        if any(covers(s.receiver, n) for n in names):
-            items.append(ModeItem(s.call, "eval" if s.mode == "eval" else "train"))
-    switch_calls = {id(i.node) for i in items}
-    for call in own_calls(facts, scope):
-        if id(call) in switch_calls:
-            continue
-        callee = _callee_name(call)
-        if callee is None:
-            continue
-        defined = _function_named(facts, callee)
-        if defined:
-            chosen = {
-                m for f in defined if f is not scope
-                if (m := _mode_by_argument(facts, f, call, passed_names(f, call, names)))
-            }
-            if chosen:
-                items.append(ModeItem(call, "evalcall" if chosen == {"eval"} else "train"))
-                continue
-            if any(_leaves_eval(facts, f, passed_names(f, call, names)) for f in defined if f is not scope):
-                items.append(ModeItem(call, "evalcall"))
-        elif EVALISH.search(callee):
-            passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
-            if any(related(p, n) for p in passed for n in names):
-                items.append(ModeItem(call, "evalcall"))
-    return sorted(items, key=lambda i: i.key)
-
-
-def _covered(facts, scope, point: ast.AST, items: list[ModeItem], entry_train: bool, point_key=None) -> bool:
-    """Whether the module is in train mode at ``point``, following loops around it."""
-    key = point_key or (*pos(point), 1)
-    loops = own_loops_around(facts, point, scope)
-    container = loops[0] if loops else None
-    inside = [i for i in items if container is None or is_descendant(facts, i.node, container)]
-    before = [i for i in inside if i.key < key]
-    if before:
-        return before[-1].kind == "train"
-    if container is None:
-        return entry_train
-    after = [i for i in inside if i.key > key]
-    if after and after[-1].kind != "train":
-        return False  # the previous iteration ends in eval mode
-    return _covered(facts, scope, container, items, entry_train)
-
-
-def _all_covered(facts, scope, uses, items, entry_train) -> bool:
-    return all(_covered(facts, scope, u, items, entry_train) for u in uses)
-
-
-@dataclass
-class Plan:
-    outcome: str  # "ok", "silent", "insert", "nofix"
-    target: ast.stmt | None = None
-    in_loop: ast.AST | None = None
-
-
-def plan_train_insertion(
-    facts: FileFacts, scope, uses: list[ast.AST], items: list[ModeItem], fresh: bool = False
-) -> Plan:
-    # A fresh module trains (module-level code, or one this function builds before using it);
-    # a function inherits its caller's mode.
-    entry_train = scope is None or fresh
-    if _all_covered(facts, scope, uses, items, entry_train):
-        return Plan("ok")
-    events = [i for i in items if i.kind != "train"]
-    first_use = min(uses, key=pos)
-    # A `.train()` inside a loop around every step: the author switches modes per iteration
-    # (`if phase == "train": model.train() else: model.eval()`); not ours to second-guess.
-    for w in items:
-        if w.kind == "train" and any(
-            all(is_descendant(facts, u, loop) for u in uses) for loop in own_loops_around(facts, w.node, scope)
-        ):
-            return Plan("silent")
-    # A direct `.eval()` before the training, outside any loop around it: eval-mode training on
-    # purpose (frozen batch-norm fine-tuning) or at least not ours to undo.
-    for e in events:
-        if e.kind == "eval" and e.key < (*pos(first_use), 1):
-            e_loops = set(map(id, own_loops_around(facts, e.node, scope)))
-            if not any(e_loops & set(map(id, own_loops_around(facts, u, scope))) for u in uses):
-                return Plan("silent")
-    loop = None
-    for candidate in own_loops_around(facts, first_use, scope):
-        if all(is_descendant(facts, u, candidate) for u in uses) and any(
-            is_descendant(facts, e.node, candidate) for e in events
-        ):
-            loop = candidate
-            break
-    if loop is None:
-        if scope is None:
-            return Plan("nofix")
-        body = scope.body
-        target = body_start(body)
-    else:
-        body = loop.body
-        target = body[0]
-    first_child = next(c for c in body if any(is_descendant(facts, u, c) for u in uses))
-    preceding = [e for e in events if e.key < (*pos(first_child), 1) and any(is_descendant(facts, e.node, c) for c in body)]
-    if any(e.kind == "eval" for e in preceding):
-        return Plan("silent")
-    if preceding:
-        target = first_child
-    planned = sorted([*items, ModeItem(target, "train", 0)], key=lambda i: i.key)
-    if not _all_covered(facts, scope, uses, planned, entry_train):
-        return Plan("nofix")
-    return Plan("insert", target, loop)
-
-
-_PARAMETER_METHODS = ("parameters", "named_parameters")
-
-
-def _optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str] | None:
-    """Modules whose parameters the optimizers stepped in ``scope`` update, when the file shows
-    where every one of them is built (`opt = SGD(net.parameters())`); None when unknown."""
-    out: set[str] = set()
-    for step in steps:
-        receiver = dotted_name(step.func.value)
-        if receiver is None:
-            return None
-        built = []
-        for node in ast.walk(facts.tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
-                dotted_name(t) == receiver for t in node.targets
-            ):
-                # Built in this very scope, or a `self.` attribute of this class: elsewhere the
-                # model may reach this function under another name (`net` passed as `model`).
-                here = facts.function_of.get(node) is scope
-                if (here or receiver.startswith("self.")) and same_object(facts, receiver, node, step):
-                    built.append(node.value)
-        if not built:
-            return None  # passed in: which parameters it holds is unknown
-        for call in built:
-            if not call.args and not call.keywords:
-                return None
-            for node in ast.walk(call):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS:
-                    name = dotted_name(node.func.value)
-                    if name is None:
-                        return None
-                    out.add(name)
-    return out
-
-
-def _built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
-    """Statements of ``scope`` that bind the plain local name ``module`` (`net = Net()`), in
-    source order; empty for a parameter, a global, an attribute or module-level code."""
-    if scope is None or "." in module:
-        return []
-    params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
-    if module in params or module in facts.scope_of_node[scope].globals:
-        return []
-    out = []
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name) and node.id == module and isinstance(node.ctx, ast.Store):
-            if facts.function_of.get(node) is scope:
-                stmt = node
-                while stmt is not None and not isinstance(stmt, ast.stmt):
-                    stmt = facts.parents.get(stmt)
-                if stmt is not None:
-                    out.append(stmt)
-    return sorted(out, key=pos)
-
-
-def _constructed(stmt: ast.stmt) -> bool:
-    """`net = Net(...)` / `net = nn.Sequential(...).to(device)`: a new module, in train mode."""
-    value = getattr(stmt, "value", None)
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "cpu"):
-        value = value.func.value
-    return isinstance(value, ast.Call)
-
-
-def _switches_others_only(facts: FileFacts, scope, module: str) -> bool:
-    """The scope puts other modules into train mode itself but never this one: the author
-    manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
-    trains = [s for s in own_switches(facts, scope) if s.mode == "train"]
-    return bool(trains) and not any(related(s.receiver, module) for s in trains)
-
-
-def _other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
-    """``node`` switches a module-level ``module`` while ``scope`` takes a parameter of that
-    name, and module-level code never passes the global to a call: the parameter is another
-    object (`for _, net in frozen_copies.items(): net.eval()` vs `def train(net, …)`)."""
-    if scope is None or not isinstance(node, ast.Call) or facts.function_of.get(node) is not None:
-        return False
-    root = module.split(".", 1)[0]
-    args = scope.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
-    if root not in params:
-        return False
-    for call in facts.calls:
-        if facts.function_of.get(call) is not None:
-            continue
-        for arg in (*call.args, *(k.value for k in call.keywords)):
-            name = dotted_name(arg.value if isinstance(arg, ast.Starred) else arg)
-            if name is not None and name.split(".", 1)[0] == root:
-                return False
-    return True
-
-
-def _evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
-    """The eval at ``node`` sits in a function that the file calls only after its last call of
-    the training function ``scope``, from the same place and outside every loop that calls it
-    (`for epoch …: train(…)` then a final `test(…)`): no training step follows it here."""
-    if scope is None or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        owner = node
-    else:
-        owner = facts.function_of.get(node)
-    if scope is None or not isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) or owner is scope:
-        return False
-    if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
-        return False  # nested defs and methods: who calls them when is not visible here
-    trains = [c for c in facts.calls if _callee_name(c) == scope.name]
-    evals = [c for c in facts.calls if _callee_name(c) == owner.name]
-    if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
-        return False
-    callers = {facts.function_of.get(c) for c in trains + evals}
-    if len(callers) != 1:
-        return False
-    caller = callers.pop()
-    if caller is scope or caller is owner:
-        return False
-    last_train = max(map(pos, trains))
-    train_loops = {id(l) for c in trains for l in own_loops_around(facts, c, caller)}
-    return all(
-        pos(e) > last_train and not {id(l) for l in own_loops_around(facts, e, caller)} & train_loops for e in evals
-    )
-
-
-def _leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
-    """Module name -> nodes where the file leaves it in eval mode (GF104's fix included)."""
-    out: dict[str, list[ast.AST]] = {}
-    scopes = [None, *facts.functions]
-    for scope in scopes:
-        mine = own_switches(facts, scope)
-        for s in mine:
-            if s.mode != "eval":
-                continue
-            restored = any(t.mode != "eval" and related(t.receiver, s.receiver) and pos(t.call) > pos(s.call) for t in mine)
-            if not restored:
-                out.setdefault(s.receiver, []).append(s.call)
-    for gap in evaluation_gaps(facts):
-        for m in gap.modules:
-            out.setdefault(m, []).append(gap.region.owner if gap.region.kind == "with" else gap.func)
-    return out
+from gradfix.analysis.project import FREE
+from gradfix.analysis.vocabulary import calls_backward, caller_owns_mode, is_optimizer_step
+from gradfix.facts import dotted_name
+from gradfix.model import FixSafety
+from gradfix.rule import Invalid, Rule, Valid
 
 
 class TrainWithoutTrainMode(Rule):
     """
     ## What it does
     Finds a training function (it calls `.backward()` and `optimizer.step()`) that runs a
-    module the same file puts into eval mode elsewhere (`model.eval()`, or an evaluation
-    under `no_grad` that GF104 fixes), without calling `<module>.train()` where every training
-    step is reached after it: in the function, or inside the epoch loop when the loop
-    evaluates (`for epoch …: train steps …; evaluate(model)`).
+    module the same file puts into eval mode elsewhere (a real `model.eval()` or
+    `model.train(False)` call, named in the message with its line), without calling
+    `<module>.train()` where every training step is reached after it: in the function, or
+    inside the epoch loop when the loop evaluates (`for epoch …: train steps …;
+    evaluate(model)`). It reports what the file does: an evaluation that lacks `.eval()` is
+    GF104's, and once GF104's fix has put a `.eval()` in the file, GF105 reports the loops.
 
     ## Why is this bad?
     `.eval()` sticks: after the first evaluation every later training step runs with dropout
@@ -408,7 +82,9 @@ class TrainWithoutTrainMode(Rule):
     at the start of the function when the function is one epoch, or at the start of the epoch
     loop's body when the loop also evaluates. A module deliberately kept in eval mode while
     training (frozen batch-norm: `model.eval()` before the loop, or a submodule's `.eval()`)
-    is not reported, or reported without a fix. Only forwards that run before an optimizer
+    is not reported, or reported without a fix. Nor is a mode-free module (every layer it
+    builds acts the same in both modes, judged across the project's files): training it in
+    eval mode changes nothing. Only forwards that run before an optimizer
     step count as training steps: a script's `net.eval()` and test loop after all training is
     not reported. `self.model` switched by another class is another object, and a class with its
     own `train()`/`eval()` methods leaves the mode to its users. A module the function builds
@@ -422,6 +98,7 @@ class TrainWithoutTrainMode(Rule):
     summary = "Training steps may run in eval mode (no .train() after an .eval())"
     fix_safety = FixSafety.UNSAFE
     triggers = ("backward",)
+    uses_project = True  # is the module mode-sensitive? (classes of other files)
 
     _EVAL = "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"
 
@@ -528,6 +205,14 @@ class TrainWithoutTrainMode(Rule):
             "        net(x).sum().backward()\n        opt.step()\n\nnets = {i: Net() for i in range(4)}\n"
             "frozen = copy.deepcopy(nets)\nfor _, net in frozen.items():\n    net.eval()\n"
         ),
+        # no `.eval()` in the file: GF105 reports what the file does, not what a GF104 fix
+        # would do (once that `.eval()` is in the file, GF105 reports the loop)
+        Valid(
+            "import torch\ndef fit(model, loader, opt):\n    for epoch in range(3):\n        for x in loader:\n"
+            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n"
+            "\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"
+            "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
+        ),
     ]
     INVALID = [
         # the same evaluation inside the epoch loop: later epochs train in eval mode
@@ -559,17 +244,6 @@ class TrainWithoutTrainMode(Rule):
             "    model.eval()\n    with T.no_grad():\n        print(model(x))\n",
             "import torch as T\nfor epoch in range(3):\n    model.train()\n    for x in loader:\n        opt.zero_grad()\n        model(x).sum().backward()\n        opt.step()\n"
             "    model.eval()\n    with T.no_grad():\n        print(model(x))\n",
-        ),
-        # the evaluation is GF104's: once it calls eval(), epoch 2 trains in eval mode
-        Invalid(
-            "import torch\ndef fit(model, loader, opt):\n    for epoch in range(3):\n        for x in loader:\n"
-            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n"
-            "\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"
-            "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
-            "import torch\ndef fit(model, loader, opt):\n    for epoch in range(3):\n        model.train()\n        for x in loader:\n"
-            "            model(x).sum().backward()\n            opt.step()\n        evaluate(model, x)\n"
-            "\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"
-            "\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n",
         ),
         # the evaluation happens between steps of one loop: reset the mode every step
         Invalid(
@@ -620,14 +294,14 @@ class TrainWithoutTrainMode(Rule):
     ]
 
     def check(self, facts):
-        evaluated = _leaking_evals(facts)
+        evaluated = leaking_evals(facts)
         if not evaluated:
             return
         for scope in [None, *facts.functions]:
             yield from self._check_scope(facts, scope, evaluated)
 
     def _check_scope(self, facts, scope, evaluated):
-        if scope is not None and (CALLER_OWNS_MODE.match(scope.name) or _lightning_method(facts, scope)):
+        if caller_owns_mode(facts, scope):
             return
         steps = [c for c in own_calls(facts, scope) if is_optimizer_step(c)]
         if not steps:
@@ -645,8 +319,8 @@ class TrainWithoutTrainMode(Rule):
                     n.lineno
                     for n in nodes
                     if same_object(facts, m, anchor, n)
-                    and not _other_global(facts, scope, m, n)
-                    and not _evaluated_after_training(facts, scope, n)
+                    and not other_global(facts, scope, m, n)
+                    and not evaluated_after_training(facts, scope, n)
                 ]
             )
         }
@@ -668,26 +342,28 @@ class TrainWithoutTrainMode(Rule):
                 target = forward_target(facts, call)
                 if target in evaluated and target not in uses_by_module:
                     uses_by_module[target] = list(steps)
-        optimized = _optimized_modules(facts, scope, steps)
+        optimized = optimized_modules(facts, scope, steps)
         findings: dict[tuple, list[str]] = {}
         notes: dict[tuple, tuple] = {}
         for module, uses in uses_by_module.items():
+            if module_sensitivity(facts, module, uses[0]) == FREE:
+                continue  # training a mode-free module in eval mode changes nothing
             items = mode_items(facts, scope, {module})
-            built = _built_here(facts, scope, module)
+            built = built_here(facts, scope, module)
             if built and not any(i.kind != "train" for i in items):
                 continue  # a fresh module of this function: other functions' `net` are other objects
             if self._caller_sets_mode(facts, scope, module):
                 continue
-            if scope is not None and _mode_api(facts, scope, (module,)):
+            if scope is not None and mode_api(facts, scope, (module,)):
                 continue  # the class's own train()/eval() methods: its users own the mode
-            if _switches_others_only(facts, scope, module):
+            if switches_others_only(facts, scope, module):
                 continue
             if optimized is not None and not any(related(module, o) for o in optimized):
                 continue  # not trained here: the optimizers update other parameters (or an input)
             frozen = [
                 s for s in own_switches(facts, scope) if s.mode == "eval" and s.receiver.startswith(module + ".")
             ]
-            fresh = bool(built) and pos(built[0]) < min(map(pos, uses)) and _constructed(built[0])
+            fresh = bool(built) and pos(built[0]) < min(map(pos, uses)) and constructed(built[0])
             plan = plan_train_insertion(facts, scope, uses, items, fresh)
             if plan.outcome in ("ok", "silent"):
                 continue
@@ -703,30 +379,20 @@ class TrainWithoutTrainMode(Rule):
             notes.setdefault(("first", key), (first, frozen))
         for key, modules in findings.items():
             first, frozen = notes[("first", key)]
-            where = f"`{scope.name}`" if scope is not None else "this training loop"
+            where = f"`{scope.name}`" if scope is not None else "this loop"
             names = ", ".join(f"`{m}`" for m in modules)
-            lines = sorted({l for m in modules for l in evaluated[m]})
-            line_text = ", ".join(map(str, lines[:3]))
-            head = (
-                f"{where} trains {names} without `.train()` before every training step, but this file puts it into "
-                f"eval mode ({'line' if len(lines) == 1 else 'lines'} {line_text}): later steps then train with dropout off and batch-norm statistics frozen"
-            )
+            line = min(l for m in modules for l in evaluated[m])
+            switch = next(n for m in modules for n in leaking_evals(facts).get(m, ()) if n.lineno == line)
+            message = f"{where} may train {names} in eval mode: `{facts.segment(switch)}` (line {line}) is not undone before every step"
             anchors = [scope] if scope is not None else []
             if key[0] == "nofix":
-                reason = (
-                    f"; a submodule is switched to eval here on purpose (line {frozen[0].call.lineno}), so no fix is offered"
-                    if frozen
-                    else "; no single place for `.train()` covers every step, so no fix is offered"
-                )
-                yield self.report(facts, first, head + reason, fix=False, anchors=anchors)
+                reason = f"a submodule is frozen here (line {frozen[0].call.lineno})" if frozen else "no single place for `.train()`"
+                yield self.report(facts, first, f"{message}; no fix: {reason}", fix=False, anchors=anchors)
                 continue
             span, in_loop = notes[key]
-            spot = "at the start of the epoch loop's body" if in_loop else "at the start of the function"
-            message = (
-                f"{head}. Fix (unsafe) inserts {'; '.join(f'`{m}.train()`' for m in modules)} {spot}: steps run in "
-                f"training mode, which changes results if eval-mode training was intended"
-            )
-            yield self.report(facts, first, message, anchors=anchors, data=(tuple(modules), span))
+            spot = "the epoch loop's body" if in_loop else "the function"
+            title = f"Insert {'; '.join(f'`{m}.train()`' for m in modules)} at the start of {spot}"
+            yield self.report(facts, first, message, anchors=anchors, data=(tuple(modules), span), fix_title=title)
 
     @staticmethod
     def _caller_sets_mode(facts, scope, module) -> bool:
@@ -734,13 +400,13 @@ class TrainWithoutTrainMode(Rule):
         if scope is None:
             return False
         for call in facts.calls:
-            if _callee_name(call) != scope.name or facts.function_of.get(call) is scope:
+            if _callee(call) != scope.name or facts.function_of.get(call) is scope:
                 continue
             caller = facts.function_of.get(call)
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
             names = {module} | {p for p in passed if p}
             items = mode_items(facts, caller, names)
-            if any(i.kind == "train" for i in items) and _all_covered(facts, caller, [call], items, caller is None):
+            if any(i.kind == "train" for i in items) and all_train_at(facts, caller, [call], items, caller is None):
                 return True
         return False
 

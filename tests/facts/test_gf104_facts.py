@@ -146,7 +146,7 @@ def test_eval_and_to_return_the_module_itself():
 def test_mode_free_layers_compute_the_same_in_train_and_eval():
     """Held-out review 3: a Sequential of the layers in gf104's MODE_FREE_LAYERS (sampled here)
     gives identical outputs in both modes; adding dropout or batch-norm breaks that."""
-    from gradfix.rules.gf104_no_grad_without_eval import MODE_FREE_LAYERS
+    from gradfix.analysis.project import MODE_FREE_LAYERS
 
     torch.manual_seed(0)
     x = torch.randn(4, 3, 8, 8)

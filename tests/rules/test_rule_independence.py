@@ -8,13 +8,7 @@ from pathlib import Path
 import pytest
 
 RULES_DIR = Path(__file__).resolve().parents[2] / "gradfix" / "rules"
-# Still importing another rule on this branch; the dataflow branch (issue 10) moves what they
-# share into gradfix/analysis/. Strict: once fixed, the mark must go.
-_PENDING = {"gf103_overbroad_no_grad", "gf105_train_without_train_mode"}
-RULE_FILES = [
-    pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="rule import pending")) if p.stem in _PENDING else p
-    for p in sorted(RULES_DIR.glob("gf*.py"))
-]
+RULE_FILES = sorted(RULES_DIR.glob("gf*.py"))
 
 
 def test_rule_files_found():

@@ -1,0 +1,982 @@
+"""Module-mode state: which module expressions are in train or eval mode where.
+
+``.train()``/``.eval()`` set a flag that sticks (it is not scoped like ``no_grad``), so the mode
+of ``model`` at a call is what the last switch reaching that call on its path set: a switch in
+the same function (before it, or in a loop around both), a binding to a module built in eval
+mode (``model = Net().eval()``), a freshly built module (train), a call of a file function
+whose summary leaves the module in eval mode or picks the mode by an argument
+(``set_mode(train=False)``), a switch by an enclosing function or a caller before the call, or
+else whatever the caller had ("entry"). Functions whose caller owns the mode (``forward``,
+framework methods, hooks: see gradfix/analysis/vocabulary.py) are never second-guessed.
+
+What kind of module it is (mode-sensitive, mode-free, unknown) is gradfix/analysis/project.py's
+answer, asked through :func:`module_sensitivity`.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+
+from gradfix.analysis.insertion import body_start
+from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, strip_moves
+from gradfix.analysis.vocabulary import (
+    FUNCTIONS,
+    LOOPS,
+    LOSS_LIKE,
+    calls_backward,
+    owner_class,
+    steps_optimizer,
+)
+from gradfix.facts import FileFacts, GradRegion, dotted_name, literal_bool
+
+
+def own_calls(facts: FileFacts, scope) -> list[ast.Call]:
+    return facts.calls_in(scope)
+
+
+# nn.Module methods that do not run the module's forward: `model.parameters()` under
+# `no_grad` (a manual SGD update, an EMA copy) is not evaluation.
+NOT_FORWARD = frozenset(
+    """parameters named_parameters buffers named_buffers children named_children modules
+    named_modules state_dict load_state_dict zero_grad to cuda cpu half float double bfloat16
+    type eval train apply requires_grad_ register_buffer register_parameter add_module
+    register_forward_hook register_forward_pre_hook register_full_backward_hook
+    register_backward_hook get_submodule get_parameter get_buffer share_memory extra_repr
+    save save_pretrained from_pretrained num_parameters numel size item detach clone copy_
+    fill_ zero_ mul_ add_ sub_ div_ data weight bias grad update step reset reset_parameters
+    append extend pop keys values items get""".split()
+)
+
+
+# Uses that show a name is an nn.Module whose mode matters (a criterion is called in
+# training too, but nobody optimises its parameters or switches its mode).
+MODULE_USES = frozenset(
+    """parameters named_parameters zero_grad state_dict load_state_dict eval train
+    requires_grad_ modules named_modules buffers named_buffers""".split()
+)
+
+
+# Batch-norm recalibration runs the model in train mode under no_grad on purpose.
+RECALIBRATION = re.compile(r"(^|_)(bn|batch_?norm|calib\w*|recalib\w*|swa)(_|$)", re.IGNORECASE)
+
+
+EVALISH = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|val|valid|test|infer|inference|predict)", re.I)
+
+
+# GAN generators sample in training mode on purpose (pix2pix keeps dropout as noise; with
+# instance norm tracking running stats, `.eval()` makes the images worse): not evaluation.
+GENERATOR = re.compile(r"^(G|G_?[A-Z0-9]\w*|G_\w+|netG\w*|net_?[gG]|g_ema|gen|gen_\w+|\w*[gG]enerator\w*)$")
+
+
+def pos(node: ast.AST) -> tuple[int, int]:
+    return (node.lineno, node.col_offset)
+
+
+def related(a: str, b: str) -> bool:
+    """One name is the other or a submodule of it (`model` / `model.encoder`)."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def covers(switched: str, name: str) -> bool:
+    """A mode switch on ``switched`` reaches ``name`` (`.eval()` is recursive)."""
+    return switched == name or name.startswith(switched + ".")
+
+
+def is_descendant(facts: FileFacts, node: ast.AST, ancestor: ast.AST) -> bool:
+    current = node
+    while current is not None:
+        if current is ancestor:
+            return True
+        current = facts.parents.get(current)
+    return False
+
+
+def own_loops_around(facts: FileFacts, node: ast.AST, func) -> list[ast.AST]:
+    """Loops of ``func`` (not of a nested def) containing ``node``, innermost first."""
+    out = []
+    current = facts.parents.get(node)
+    while current is not None and current is not func:
+        if isinstance(current, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            break
+        if isinstance(current, LOOPS):
+            out.append(current)
+        current = facts.parents.get(current)
+    return out
+
+
+
+@dataclass(frozen=True)
+class Switch:
+    """``receiver.eval()`` / ``receiver.train(...)``: mode is ``eval``, ``train`` or ``unknown``."""
+
+    call: ast.Call
+    receiver: str
+    mode: str
+
+
+_MODE_ARG = re.compile(r"train|mode", re.IGNORECASE)
+
+
+def switch_of(call: ast.Call) -> Switch | None:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
+        return None
+    receiver = dotted_name(func.value)
+    if receiver is None:
+        return None
+    if func.attr == "eval":
+        return Switch(call, receiver, "eval") if not call.args and not call.keywords else None
+    args = list(call.args) + [k.value for k in call.keywords if k.arg == "mode"]
+    if len(call.args) + len(call.keywords) != len(args) or len(args) > 1:
+        return None  # `trainer.train(dataset, epochs=3)`: not nn.Module.train
+    if not args:
+        return Switch(call, receiver, "train")
+    value = literal_bool(args[0])
+    if value is not None:
+        return Switch(call, receiver, "train" if value else "eval")
+    name = dotted_name(args[0])
+    if name is not None:
+        return Switch(call, receiver, "unknown")  # model.train(was_training)
+    return None
+
+
+def _modeish(switch: Switch) -> bool:
+    """`.train()`, `.train(False)`, `.train(was_training)`: not `trainer.train(dataset)`."""
+    if switch.mode != "unknown":
+        return True
+    call = switch.call
+    arg = call.args[0] if call.args else call.keywords[0].value
+    return bool(_MODE_ARG.search((dotted_name(arg) or "").rsplit(".", 1)[-1]))
+
+
+def switches(facts: FileFacts) -> list[Switch]:
+    """Every ``.train()``/``.eval()`` call of the file (what the file itself does)."""
+    return facts.memo(("module_mode.switches",), lambda: [s for s in map(switch_of, facts.calls) if s is not None])
+
+
+def own_switches(facts: FileFacts, scope) -> list[Switch]:
+    return [s for s in switches(facts) if facts.function_of.get(s.call) is scope]
+
+
+def same_object(facts: FileFacts, name: str, a: ast.AST, b: ast.AST) -> bool:
+    """Whether ``name`` at ``a`` and at ``b`` can be one object: `self.model` in two classes is not."""
+    if name.split(".", 1)[0] not in ("self", "cls"):
+        return True
+    return owner_class(facts, a) is owner_class(facts, b)
+
+
+def forward_target(facts: FileFacts, call: ast.Call) -> str | None:
+    """Dotted name of the callee when the call can run a module's forward, else None."""
+    name = dotted_name(call.func)
+    if name is None:
+        return None
+    if not call.args and not call.keywords:
+        return None  # `model.get_classifier()`, `net.reset_noise()`: a forward takes inputs
+    parts = name.split(".")
+    if any(p in NOT_FORWARD for p in parts[1:]):
+        return None
+    if facts.resolve_name(parts[0], call) is not None:
+        return None  # torch.cat, F.relu, np.mean: imported functions, not modules
+    return name
+
+
+def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
+    """Dotted names the file trains or switches, each with the nodes that show it.
+
+    Evidence: `.train()` on the name, or a training scope (`.backward()`/optimizer step) that
+    calls it. The nodes let callers tell `self.model` of one class from another's.
+    """
+    return facts.memo(("module_mode.trained_evidence",), lambda: _trained_evidence(facts))
+
+
+def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
+    evidence: dict[str, list[ast.AST]] = {}
+    for s in switches(facts):
+        if s.call.func.attr == "train" and _modeish(s):
+            evidence.setdefault(s.receiver, []).append(s.call)
+    module_like = {m.receiver for m in facts.method_calls if m.method in MODULE_USES and m.receiver}
+    module_like |= {s.receiver for s in switches(facts)}
+    for scope in [None, *facts.functions]:
+        if not (calls_backward(facts, scope) or steps_optimizer(facts, scope)):
+            continue
+        # The scope's own `.train()` calls name what it trains; a module it runs but never
+        # switches is kept frozen on purpose (an old model / teacher for distillation).
+        trains_here = [s.receiver for s in own_switches(facts, scope) if s.mode == "train"]
+        for call in own_calls(facts, scope):
+            name = dotted_name(call.func)
+            if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
+                continue
+            if name.endswith(".forward"):
+                name = name[: -len(".forward")]
+            if trains_here and not any(related(t, name) for t in trains_here):
+                continue
+            if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
+                evidence.setdefault(name, []).append(call)
+    evidence.pop("self", None)
+    return evidence
+
+
+def mode_api(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
+    """The class of ``func`` has its own `train`/`eval` methods that switch the module: its
+    users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods."""
+    cls = owner_class(facts, func)
+    if cls is None:
+        return False
+    for method in cls.body:
+        if isinstance(method, FUNCTIONS) and method.name in ("train", "eval"):
+            if any(any(related(s.receiver, n) for n in names) for s in own_switches(facts, method)):
+                return True
+    return False
+
+
+def _bound_names(target: ast.AST) -> set[str]:
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*map(_bound_names, target.elts)) if target.elts else set()
+    if isinstance(target, ast.Starred):
+        return _bound_names(target.value)
+    return set()
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _feeds_training(facts: FileFacts, func) -> bool:
+    """``func``'s result is a training input: a caller passes it on to a training function of
+    this file or into the tensor it `.backward()`s (RL targets, teacher outputs, pseudo-labels).
+    The mode of that computation is the training's, not an evaluation's."""
+    training = {f.name for f in facts.functions if calls_backward(facts, f) or steps_optimizer(facts, f)}
+    for call in facts.calls:
+        if not _called_by_name(facts, call, func.name) or facts.function_of.get(call) is func:
+            continue
+        stmt = facts.parents.get(call)
+        if not isinstance(stmt, ast.Assign) or stmt.value is not call:
+            continue
+        produced = set().union(*map(_bound_names, stmt.targets))
+        if not produced:
+            continue
+        scope = facts.function_of.get(call)
+        for later in own_calls(facts, scope):
+            if pos(later) <= pos(call):
+                continue
+            read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
+            if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
+                read |= _names_in(later.func.value)
+            elif _callee(later) not in training:
+                continue
+            if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
+                return True
+    return False
+
+
+def _callee(call: ast.Call) -> str | None:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def outer_disabled_region(facts: FileFacts, node: ast.AST) -> GradRegion | None:
+    regions = facts.regions_around(node)
+    if not regions or regions[0].mode != "disabled":
+        return None
+    disabled = [r for r in regions if r.mode == "disabled" and (r.called or r.kind == "decorator")]
+    if not disabled or not (regions[0].called or regions[0].kind == "decorator"):
+        return None
+    return disabled[-1]
+
+
+def _managed_in_function(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """``func`` switches a related module before ``node`` (or in a loop around both)."""
+    loops = set(map(id, own_loops_around(facts, node, func)))
+    for s in own_switches(facts, func):
+        if not any(related(s.receiver, n) for n in names):
+            continue
+        if pos(s.call) < pos(node):
+            return True
+        if any(id(l) in loops for l in own_loops_around(facts, s.call, func)):
+            return True
+    return False
+
+
+def _called_by_name(facts: FileFacts, call: ast.Call, name: str) -> bool:
+    func = call.func
+    return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
+
+
+def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
+    """Names that mean one of ``names`` inside ``func`` when ``call`` calls it."""
+    inside = set(names)
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+        params = params[1:]
+    for index, arg in enumerate(call.args):
+        name = dotted_name(arg)
+        if name and index < len(params) and any(related(name, n) for n in names):
+            inside.add(params[index])
+    for kw in call.keywords:
+        name = dotted_name(kw.value)
+        if name and kw.arg and any(related(name, n) for n in names):
+            inside.add(kw.arg)
+    return inside
+
+
+def _left_in_eval_by_call(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """Before ``node``, ``func`` last calls a function of this file that switches the module it
+    is given, and that function leaves it in eval mode (`train(model); test(model)` in an epoch
+    loop, then a final evaluation): the module is in eval mode already."""
+    last: tuple[tuple[int, int], str] | None = None
+    for call in own_calls(facts, func):
+        if pos(call) >= pos(node):
+            continue
+        callee = _callee(call)
+        for f in facts.functions:
+            if f.name != callee or f is func:
+                continue
+            inside = passed_names(f, call, names)
+            mine = [sw for sw in own_switches(facts, f) if any(covers(sw.receiver, n) for n in inside)]
+            if mine and (last is None or pos(call) > last[0]):
+                last = (pos(call), max(mine, key=lambda sw: pos(sw.call)).mode)
+    return last is not None and last[1] == "eval"
+
+
+def _submodule_of_module(facts: FileFacts, func, module: str) -> bool:
+    """`self.<x>` in a method of a class that is itself an nn.Module (it defines `forward`):
+    a submodule, whose mode follows the parent's `.train()`/`.eval()`, which the caller sets."""
+    if not module.startswith("self."):
+        return False
+    cls = owner_class(facts, func)
+    return cls is not None and any(isinstance(m, FUNCTIONS) and m.name == "forward" for m in cls.body)
+
+
+def _eval_chain(value: ast.AST) -> bool:
+    """``Net(...).eval()``, ``Net().to(device).eval()``: a method chain that ends in eval mode
+    (`.eval()` and `.to()`/`.cuda()` return the module itself)."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        attr, args = value.func.attr, [*value.args, *(k.value for k in value.keywords)]
+        if attr == "eval" and not args:
+            return True
+        if attr == "train":
+            return len(args) == 1 and literal_bool(args[0]) is False
+        value = value.func.value
+    return False
+
+
+def _bound_in_eval(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """Before ``node``, ``func`` binds the module's name to a chain ending in `.eval()`
+    (`model = Net().eval()`; `g, d = G().eval(), D().eval()`): a fresh module in eval mode."""
+    roots = {n.split(".", 1)[0] for n in names}
+    for stmt in facts.statements(func):
+        if not isinstance(stmt, ast.Assign) or pos(stmt) >= pos(node):
+            continue
+        for target in stmt.targets:
+            pairs = [(target, stmt.value)]
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List)):
+                if len(target.elts) == len(stmt.value.elts):
+                    pairs = list(zip(target.elts, stmt.value.elts))
+            for t, v in pairs:
+                if isinstance(t, ast.Name) and t.id in roots and _eval_chain(v):
+                    return True
+    return False
+
+
+def _decoding_loop(facts: FileFacts, func, call: ast.Call) -> bool:
+    """Autoregressive decoding: in a loop of ``func``, the module's output flows back into its
+    own next input, and no input comes from what the loops iterate over (`for _ in
+    range(max_new_tokens): logits = model(idx); idx = cat(idx, sample(logits))`). The model
+    makes its own inputs from a prompt: a sampling utility, often called mid-training to
+    print samples, whose caller owns the mode; inserting `.eval()` there would leave training
+    in eval mode. A loop over a data set (an RNN carrying its hidden state over batches) reads
+    the loop's items, so it is still an evaluation."""
+    loops = own_loops_around(facts, call, func)
+    if not loops:
+        return False
+    stmt = facts.parents.get(call)
+    if isinstance(stmt, ast.Assign) and stmt.value is call:
+        produced = set().union(*map(_bound_names, stmt.targets))
+    else:
+        return False
+    inputs = set().union(set(), *(_names_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
+    if not produced or not inputs:
+        return False
+    if not any(i in produced or facts.flows_into(func, produced, i) for i in inputs):
+        return False
+    items: set[str] = set()
+    for loop in loops:
+        if isinstance(loop, (ast.For, ast.AsyncFor)):
+            items |= _bound_names(loop.target)
+    items -= produced
+    return not any(i in items or facts.flows_into(func, items, i) for i in inputs)
+
+
+def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
+    """`model(batch)` as a bare statement, or bound to `_`: run for its side effects (lazy
+    parameters, warm-up, tracing), not to look at its outputs; not an evaluation."""
+    parent = facts.parents.get(call)
+    if isinstance(parent, ast.Expr) and parent.value is call:
+        return True
+    return (
+        isinstance(parent, ast.Assign)
+        and parent.value is call
+        and all(isinstance(t, ast.Name) and t.id == "_" for t in parent.targets)
+    )
+
+
+def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
+    """An enclosing function switches the module before it calls the nested def."""
+    inner = func
+    for outer in facts.enclosing_functions(func):
+        related_switches = [
+            s for s in own_switches(facts, outer) if s.mode != "train" and any(related(s.receiver, n) for n in names)
+        ]
+        if related_switches:
+            calls = [c for c in own_calls(facts, outer) if isinstance(c.func, ast.Name) and c.func.id == inner.name]
+            if not calls:
+                return True  # passed on as a callback: who calls it when is unknown, stay silent
+            if any(pos(s.call) < pos(c) for s in related_switches for c in calls):
+                return True
+        inner = outer
+    return False
+
+
+def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
+    """A caller elsewhere in the file puts the module (or what it passes) into eval first."""
+    for call in facts.calls:
+        if not _called_by_name(facts, call, func.name):
+            continue
+        scope = facts.function_of.get(call)
+        if scope is func:
+            continue
+        passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
+        for s in own_switches(facts, scope):
+            if s.mode == "train" and EVALISH.search(func.name):
+                continue  # `model.train(); evaluate(model)` is the bug, not a caller owning the mode
+            if any(related(s.receiver, n) for n in names) or s.receiver in passed:
+                if pos(s.call) < pos(call) or set(map(id, own_loops_around(facts, s.call, scope))) & set(
+                    map(id, own_loops_around(facts, call, scope))
+                ):
+                    return True
+    return False
+
+
+
+@dataclass(frozen=True)
+class ModeItem:
+    """Something in a scope that sets a module's mode: ``train`` (w), ``eval`` or ``evalcall``."""
+
+    node: ast.AST
+    kind: str
+    order: int = 1  # 0 for a planned insertion: it runs before a statement at the same spot
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (*pos(self.node), self.order)
+
+
+def _function_named(facts: FileFacts, name: str):
+    return [f for f in facts.functions if f.name == name]
+
+
+def _leaves_eval(facts: FileFacts, func, names: set[str]) -> bool:
+    """Calling ``func`` leaves one of ``names`` in eval mode (its last switch is `.eval()`)."""
+    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
+    return bool(mine) and max(mine, key=lambda s: pos(s.call)).mode == "eval"
+
+
+def _branch_of(facts: FileFacts, node: ast.AST, stop) -> tuple[ast.If, str] | None:
+    """The innermost `if` (below ``stop``) holding ``node``, and which branch: body/orelse."""
+    child, current = node, facts.parents.get(node)
+    while current is not None and current is not stop:
+        if isinstance(current, ast.If) and child is not current.test:
+            return current, ("body" if child in current.body else "orelse")
+        child, current = current, facts.parents.get(current)
+    return None
+
+
+def _mode_by_argument(facts: FileFacts, func, call: ast.Call, names: set[str]) -> str | None:
+    """``func`` switches the module to train in one branch of an `if` and to eval in the other
+    (`def net_mode(self, train): if train: net.train() else: net.eval()`): the caller picks the
+    mode. Returns the mode ``call`` picks when its argument is a literal bool, `"train"` when it
+    cannot be told (it may set train mode: stay silent), None for any other helper."""
+    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
+    trains = [s for s in mine if s.mode == "train"]
+    evals = [s for s in mine if s.mode == "eval"]
+    if not trains or not evals:
+        return None
+    places = [_branch_of(facts, s.call, func) for s in mine]
+    if any(p is None for p in places) or len({id(p[0]) for p in places}) != 1:
+        return None
+    branch = places[0][0]
+    by_branch = {where: {s.mode for s, (_, b) in zip(mine, places) if b == where} for where in ("body", "orelse")}
+    if len(by_branch["body"]) != 1 or len(by_branch["orelse"]) != 1 or by_branch["body"] == by_branch["orelse"]:
+        return None
+    test, negated = branch.test, False
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        test, negated = test.operand, True
+    if not isinstance(test, ast.Name):
+        return "train"
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
+        params = params[1:]
+    value = None
+    for index, arg in enumerate(call.args):
+        if index < len(params) and params[index] == test.id:
+            value = arg
+    for kw in call.keywords:
+        if kw.arg == test.id:
+            value = kw.value
+    if not isinstance(value, ast.Constant) or not isinstance(value.value, bool):
+        return "train"
+    taken = "body" if value.value != negated else "orelse"
+    return next(iter(by_branch[taken]))
+
+
+def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
+    """Mode switches of the module called ``names`` in ``scope``, in source order."""
+    items = []
+    for s in own_switches(facts, scope):
+        if any(covers(s.receiver, n) for n in names):
+            items.append(ModeItem(s.call, "eval" if s.mode == "eval" else "train"))
+    switch_calls = {id(i.node) for i in items}
+    for call in own_calls(facts, scope):
+        if id(call) in switch_calls:
+            continue
+        callee = _callee(call)
+        if callee is None:
+            continue
+        defined = _function_named(facts, callee)
+        if defined:
+            chosen = {
+                m for f in defined if f is not scope
+                if (m := _mode_by_argument(facts, f, call, passed_names(f, call, names)))
+            }
+            if chosen:
+                items.append(ModeItem(call, "evalcall" if chosen == {"eval"} else "train"))
+                continue
+            if any(_leaves_eval(facts, f, passed_names(f, call, names)) for f in defined if f is not scope):
+                items.append(ModeItem(call, "evalcall"))
+        elif EVALISH.search(callee):
+            passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
+            if any(related(p, n) for p in passed for n in names):
+                items.append(ModeItem(call, "evalcall"))
+    return sorted(items, key=lambda i: i.key)
+
+
+def mode_at(facts: FileFacts, scope, point: ast.AST, items: list[ModeItem]) -> str:
+    """``train``/``eval`` as the last switch among ``items`` reaching ``point`` sets it
+    (following the loops around it: the previous iteration's last switch reaches the top of
+    the body), or ``entry``: the mode the scope was entered with."""
+    loops = own_loops_around(facts, point, scope)
+    container = loops[0] if loops else None
+    inside = [i for i in items if container is None or is_descendant(facts, i.node, container)]
+    before = [i for i in inside if i.key < (*pos(point), 1)]
+    if before:
+        return "train" if before[-1].kind == "train" else "eval"
+    if container is None:
+        return "entry"
+    after = [i for i in inside if i.key > (*pos(point), 1)]
+    if after and after[-1].kind != "train":
+        return "eval"
+    return mode_at(facts, scope, container, items)
+
+
+def train_at(facts, scope, point: ast.AST, items: list[ModeItem], entry_train: bool) -> bool:
+    """Whether the module is in train mode at ``point`` (see :func:`mode_at`)."""
+    mode = mode_at(facts, scope, point, items)
+    return mode == "train" or (mode == "entry" and entry_train)
+
+
+def all_train_at(facts, scope, uses, items, entry_train) -> bool:
+    return all(train_at(facts, scope, u, items, entry_train) for u in uses)
+
+
+# -- GF104's questions: is this an evaluation, and who sets the mode? ------------------------
+
+
+def not_an_evaluation(facts: FileFacts, func, call: ast.Call, module: str) -> bool:
+    """Running ``module`` under no_grad here is not an evaluation whose mode this function
+    owns: batch-norm recalibration, RL acting, a GAN generator sampled (in train mode on
+    purpose), a result that feeds training, autoregressive sampling, a discarded warm-up
+    forward, a submodule of an nn.Module, a class with its own train()/eval() for it."""
+    from gradfix.analysis.vocabulary import acts_in_environment, caller_owns_mode
+
+    return (
+        caller_owns_mode(facts, func)
+        or bool(RECALIBRATION.search(func.name))
+        or bool(GENERATOR.match(module.rsplit(".", 1)[-1]))
+        or acts_in_environment(facts, func)
+        or _feeds_training(facts, func)
+        or _decoding_loop(facts, func, call)
+        or _output_discarded(facts, call)
+        or _submodule_of_module(facts, func, module)
+    )
+
+
+def mode_set_before(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """The program sets the mode of ``names`` before ``node`` runs: this function (a switch
+    before it or in a loop around both, a binding to ``Net().eval()``, a helper it calls that
+    leaves the module in eval mode), an enclosing function, or a caller of this function."""
+    return (
+        mode_api(facts, func, names)
+        or _managed_in_function(facts, func, names, node)
+        or _bound_in_eval(facts, func, names, node)
+        or _left_in_eval_by_call(facts, func, names, node)
+        or _managed_by_enclosing(facts, func, names)
+        or _managed_by_caller(facts, func, names)
+    )
+
+
+def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
+    """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file that are
+    not followed by a switch back in the same scope."""
+
+    def compute():
+        out: dict[str, list[ast.AST]] = {}
+        for scope in [None, *facts.functions]:
+            mine = own_switches(facts, scope)
+            for s in mine:
+                if s.mode != "eval":
+                    continue
+                restored = any(t.mode != "eval" and related(t.receiver, s.receiver) and pos(t.call) > pos(s.call) for t in mine)
+                if not restored:
+                    out.setdefault(s.receiver, []).append(s.call)
+        return out
+
+    return facts.memo(("module_mode.leaking_evals",), compute)
+
+
+# -- what kind of module -----------------------------------------------------------------------
+
+
+def sensitivity_of(facts: FileFacts) -> Sensitivity:
+    """The file's :class:`~gradfix.analysis.project.Sensitivity` (with the run's project index)."""
+
+    def compute():
+        module = ""
+        index = facts.project
+        if index is not None:
+            here = os.path.abspath(facts.path)
+            module = next((m for m, e in index.modules.items() if e.path == here), "")
+        return Sensitivity(index, facts.tree, module)
+
+    return facts.memo(("module_mode.sensitivity",), compute)
+
+
+def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
+    """``sensitive``/``free``/``unknown`` for the module expression ``module`` (a dotted name)
+    at ``at``, from the bindings of that name that ``at`` can see: ``model = Net()`` with
+    ``Net`` defined here or anywhere in the project, ``nn.Sequential(...)``, a model-zoo
+    factory, a wrapper of another module (``DataParallel(net)``, ``accelerator.prepare(...)``,
+    ``privacy_engine.make_private(module=net, ...)``), and for a parameter the arguments the
+    file's calls pass. A name with no visible binding is unknown."""
+    key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at))
+    return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset()))
+
+
+def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: frozenset) -> str:
+    """``busy``: bindings being judged (``model = DDP(model)`` reads the earlier binding)."""
+    if depth > 4:
+        return UNKNOWN
+    sens = sensitivity_of(facts)
+    names = sens.trees[sens.module][1]
+    scope = _binding_scope(facts, module, at)
+    verdicts = []
+    for node in facts.function_of:  # every node of the file
+        if node in busy or (scope is not _ANY and facts.function_of.get(node) is not scope):
+            continue  # another function's local of the same name is another object
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        for target in targets:
+            if dotted_name(target) == module:
+                verdicts.append(_value_verdict(facts, sens, names, value, None, node, depth, busy))
+            elif isinstance(target, (ast.Tuple, ast.List)):
+                for index, element in enumerate(target.elts):
+                    if dotted_name(element) != module:
+                        continue
+                    if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                        verdicts.append(_value_verdict(facts, sens, names, value.elts[index], None, node, depth, busy))
+                    else:
+                        verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy))
+    if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
+        for call in facts.calls:
+            if _called_by_name(facts, call, scope.name) and facts.function_of.get(call) is not scope:
+                arg = _argument_for(scope, call, module)
+                name = dotted_name(arg) if arg is not None else None
+                verdicts.append(_sensitivity(facts, name, call, depth + 1, busy) if name else UNKNOWN)
+    return combine(verdicts) if verdicts else UNKNOWN
+
+
+# Calls that hand back the module they are given, wrapped (same layers, same modes).
+_WRAPPER_METHODS = frozenset({"prepare", "prepare_model", "make_private", "make_private_with_epsilon", "initialize"})
+_WRAPPER_CALLS = frozenset(
+    {"torch.nn.DataParallel", "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.DataParallel", "torch.compile"}
+)
+
+
+def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int | None, node, depth: int, busy: frozenset) -> str:
+    """The verdict for binding ``value`` (element ``index`` of it when unpacked)."""
+    base = strip_moves(value)
+    if isinstance(base, ast.Call):
+        func = base.func
+        wrapper = facts.call_qualname(base) in _WRAPPER_CALLS or (
+            isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS
+        )
+        if wrapper:
+            i = index or 0
+            wrapped = next((k.value for k in base.keywords if k.arg in ("module", "model")), None) if i == 0 else None
+            if wrapped is None and i < len(base.args):
+                wrapped = base.args[i]
+            name = dotted_name(wrapped) if wrapped is not None else None
+            if name is None:
+                return UNKNOWN if wrapped is None else _expression_verdict(sens, names, wrapped)
+            return _sensitivity(facts, name, node, depth + 1, busy | {node})
+    if index is not None:
+        return UNKNOWN  # `net, opt = build(cfg)`: what the call returns is not known here
+    alias = dotted_name(base)
+    if alias is not None:  # `model = model.cuda()`, `net = model`: the same module
+        return _sensitivity(facts, alias, node, depth + 1, busy | {node})
+    return _expression_verdict(sens, names, value)
+
+
+def _parameter_names(func) -> set[str]:
+    a = func.args
+    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
+
+
+def _argument_for(func, call: ast.Call, param: str) -> ast.expr | None:
+    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and positional[:1] in (["self"], ["cls"]):
+        positional = positional[1:]
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    if param in positional and positional.index(param) < len(call.args):
+        arg = call.args[positional.index(param)]
+        return None if isinstance(arg, ast.Starred) else arg
+    return None
+
+
+def _class_key(facts: FileFacts, module: str, at: ast.AST):
+    if module.split(".", 1)[0] in ("self", "cls"):
+        return ("class", id(owner_class(facts, at)))
+    return ("scope", id(_binding_scope(facts, module, at)))
+
+
+_ANY = object()
+
+
+def _binding_scope(facts: FileFacts, module: str, at: ast.AST):
+    """Where the bindings of ``module`` that ``at`` sees live: the nearest enclosing function
+    that binds its root name (a local), else the module (None); any scope for ``self.x``."""
+    root = module.split(".", 1)[0]
+    if root in ("self", "cls"):
+        return _ANY
+    for func in facts.enclosing_functions(at):
+        scope = facts.scope_of_node.get(func)
+        if scope is not None and root in scope.globals:
+            return None
+        if scope is not None and root in scope.locals:
+            return func
+    return None
+
+
+def _expression_verdict(sens: Sensitivity, names: dict[str, str], value: ast.AST) -> str:
+    value = strip_moves(value)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "eval":
+        value = strip_moves(value.func.value)
+    if not isinstance(value, ast.Call):
+        return UNKNOWN
+    calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
+    return combine(sens.built(c, names, 0) for c in calls)
+
+
+# -- GF105's questions: where must a `.train()` go, and which modules does a step train? ----
+
+
+@dataclass
+class Plan:
+    outcome: str  # "ok", "silent", "insert", "nofix"
+    target: ast.stmt | None = None
+    in_loop: ast.AST | None = None
+
+
+def plan_train_insertion(
+    facts: FileFacts, scope, uses: list[ast.AST], items: list[ModeItem], fresh: bool = False
+) -> Plan:
+    # A fresh module trains (module-level code, or one this function builds before using it);
+    # a function inherits its caller's mode.
+    entry_train = scope is None or fresh
+    if all_train_at(facts, scope, uses, items, entry_train):
+        return Plan("ok")
+    events = [i for i in items if i.kind != "train"]
+    first_use = min(uses, key=pos)
+    # A `.train()` inside a loop around every step: the author switches modes per iteration
+    # (`if phase == "train": model.train() else: model.eval()`); not ours to second-guess.
+    for w in items:
+        if w.kind == "train" and any(
+            all(is_descendant(facts, u, loop) for u in uses) for loop in own_loops_around(facts, w.node, scope)
+        ):
+            return Plan("silent")
+    # A direct `.eval()` before the training, outside any loop around it: eval-mode training on
+    # purpose (frozen batch-norm fine-tuning) or at least not ours to undo.
+    for e in events:
+        if e.kind == "eval" and e.key < (*pos(first_use), 1):
+            e_loops = set(map(id, own_loops_around(facts, e.node, scope)))
+            if not any(e_loops & set(map(id, own_loops_around(facts, u, scope))) for u in uses):
+                return Plan("silent")
+    loop = None
+    for candidate in own_loops_around(facts, first_use, scope):
+        if all(is_descendant(facts, u, candidate) for u in uses) and any(
+            is_descendant(facts, e.node, candidate) for e in events
+        ):
+            loop = candidate
+            break
+    if loop is None:
+        if scope is None:
+            return Plan("nofix")
+        body = scope.body
+        target = body_start(body)
+    else:
+        body = loop.body
+        target = body[0]
+    first_child = next(c for c in body if any(is_descendant(facts, u, c) for u in uses))
+    preceding = [e for e in events if e.key < (*pos(first_child), 1) and any(is_descendant(facts, e.node, c) for c in body)]
+    if any(e.kind == "eval" for e in preceding):
+        return Plan("silent")
+    if preceding:
+        target = first_child
+    planned = sorted([*items, ModeItem(target, "train", 0)], key=lambda i: i.key)
+    if not all_train_at(facts, scope, uses, planned, entry_train):
+        return Plan("nofix")
+    return Plan("insert", target, loop)
+
+
+_PARAMETER_METHODS = ("parameters", "named_parameters")
+
+
+def optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str] | None:
+    """Modules whose parameters the optimizers stepped in ``scope`` update, when the file shows
+    where every one of them is built (`opt = SGD(net.parameters())`); None when unknown."""
+    out: set[str] = set()
+    for step in steps:
+        receiver = dotted_name(step.func.value)
+        if receiver is None:
+            return None
+        built = []
+        for node in ast.walk(facts.tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+                dotted_name(t) == receiver for t in node.targets
+            ):
+                # Built in this very scope, or a `self.` attribute of this class: elsewhere the
+                # model may reach this function under another name (`net` passed as `model`).
+                here = facts.function_of.get(node) is scope
+                if (here or receiver.startswith("self.")) and same_object(facts, receiver, node, step):
+                    built.append(node.value)
+        if not built:
+            return None  # passed in: which parameters it holds is unknown
+        for call in built:
+            if not call.args and not call.keywords:
+                return None
+            for node in ast.walk(call):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS:
+                    name = dotted_name(node.func.value)
+                    if name is None:
+                        return None
+                    out.add(name)
+    return out
+
+
+def built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
+    """Statements of ``scope`` that bind the plain local name ``module`` (`net = Net()`), in
+    source order; empty for a parameter, a global, an attribute or module-level code."""
+    if scope is None or "." in module:
+        return []
+    params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+    if module in params or module in facts.scope_of_node[scope].globals:
+        return []
+    out = []
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Name) and node.id == module and isinstance(node.ctx, ast.Store):
+            if facts.function_of.get(node) is scope:
+                stmt = node
+                while stmt is not None and not isinstance(stmt, ast.stmt):
+                    stmt = facts.parents.get(stmt)
+                if stmt is not None:
+                    out.append(stmt)
+    return sorted(out, key=pos)
+
+
+def constructed(stmt: ast.stmt) -> bool:
+    """`net = Net(...)` / `net = nn.Sequential(...).to(device)`: a new module, in train mode."""
+    value = getattr(stmt, "value", None)
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "cpu"):
+        value = value.func.value
+    return isinstance(value, ast.Call)
+
+
+def switches_others_only(facts: FileFacts, scope, module: str) -> bool:
+    """The scope puts other modules into train mode itself but never this one: the author
+    manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
+    trains = [s for s in own_switches(facts, scope) if s.mode == "train"]
+    return bool(trains) and not any(related(s.receiver, module) for s in trains)
+
+
+def other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
+    """``node`` switches a module-level ``module`` while ``scope`` takes a parameter of that
+    name, and module-level code never passes the global to a call: the parameter is another
+    object (`for _, net in frozen_copies.items(): net.eval()` vs `def train(net, …)`)."""
+    if scope is None or not isinstance(node, ast.Call) or facts.function_of.get(node) is not None:
+        return False
+    root = module.split(".", 1)[0]
+    args = scope.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    if root not in params:
+        return False
+    for call in facts.calls:
+        if facts.function_of.get(call) is not None:
+            continue
+        for arg in (*call.args, *(k.value for k in call.keywords)):
+            name = dotted_name(arg.value if isinstance(arg, ast.Starred) else arg)
+            if name is not None and name.split(".", 1)[0] == root:
+                return False
+    return True
+
+
+def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
+    """The eval at ``node`` sits in a function that the file calls only after its last call of
+    the training function ``scope``, from the same place and outside every loop that calls it
+    (`for epoch …: train(…)` then a final `test(…)`): no training step follows it here."""
+    if scope is None or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        owner = node
+    else:
+        owner = facts.function_of.get(node)
+    if scope is None or not isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) or owner is scope:
+        return False
+    if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
+        return False  # nested defs and methods: who calls them when is not visible here
+    trains = [c for c in facts.calls if _callee(c) == scope.name]
+    evals = [c for c in facts.calls if _callee(c) == owner.name]
+    if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
+        return False
+    callers = {facts.function_of.get(c) for c in trains + evals}
+    if len(callers) != 1:
+        return False
+    caller = callers.pop()
+    if caller is scope or caller is owner:
+        return False
+    last_train = max(map(pos, trains))
+    train_loops = {id(l) for c in trains for l in own_loops_around(facts, c, caller)}
+    return all(
+        pos(e) > last_train and not {id(l) for l in own_loops_around(facts, e, caller)} & train_loops for e in evals
+    )

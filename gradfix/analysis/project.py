@@ -1,0 +1,436 @@
+"""The project index, and the one answer to "is this module mode-sensitive?".
+
+When gradfix runs on a tree, :meth:`ProjectIndex.build` makes one cheap pass over the files: it
+reads each file's text (no parse) and records, by regular expressions on top-level lines, the
+classes it defines (with their bases), its top-level functions and the project modules it
+imports. A file is parsed (stdlib ``ast``) only when a question needs a class or factory
+defined in it, at most once per process, so the index costs a read and a hash per file, not a
+second parse of the tree.
+
+A module is **mode-sensitive** when ``.eval()`` changes what it computes: it holds dropout,
+batch norm, instance norm with ``track_running_stats=True``, an RNN/LSTM/GRU with dropout, a
+transformer layer, reads ``self.training`` or calls functional dropout/batch norm, or builds a
+project/known class that does (transitively, across files). Well-known model factories
+(``torchvision.models.*``, ``timm.create_model``, ``transformers`` classes and
+``from_pretrained``) are sensitive. It is **mode-free** only when everything it builds is known
+to act the same in both modes; anything else is **unknown**, never mode-free.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Iterable
+
+SENSITIVE, FREE, UNKNOWN = "sensitive", "free", "unknown"
+
+# torch.nn layers that compute the same thing in train and eval mode (pinned in
+# tests/facts/test_gf104_facts.py).
+MODE_FREE_LAYERS = frozenset(
+    """Linear Bilinear Identity Flatten Unflatten Conv1d Conv2d Conv3d ConvTranspose1d
+    ConvTranspose2d ConvTranspose3d ReLU ReLU6 LeakyReLU PReLU ELU SELU CELU GELU SiLU Mish
+    Tanh Sigmoid Hardtanh Hardsigmoid Hardswish Softmax LogSoftmax Softplus Softsign Tanhshrink
+    MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d
+    AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d
+    Embedding EmbeddingBag Upsample UpsamplingNearest2d UpsamplingBilinear2d PixelShuffle
+    PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d
+    ReflectionPad2d ReplicationPad1d ReplicationPad2d LayerNorm GroupNorm LocalResponseNorm
+    CosineSimilarity PairwiseDistance Parameter ParameterList ParameterDict""".split()
+)
+MODE_SENSITIVE_LAYERS = frozenset(
+    """Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout BatchNorm1d
+    BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm RReLU
+    Transformer TransformerEncoder TransformerDecoder TransformerEncoderLayer
+    TransformerDecoderLayer""".split()
+)
+CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+# Sensitive only with an argument: InstanceNorm(track_running_stats=True), LSTM(dropout=0.5).
+_RUNNING_STATS = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"})
+_RNN = {"RNN": 4, "LSTM": 4, "GRU": 4, "MultiheadAttention": 2}  # name -> position of `dropout`
+# Drop-in replacements of torch.nn layers in other libraries (same constructor arguments).
+_OPACUS_LAYERS = {"DPLSTM": "LSTM", "DPGRU": "GRU", "DPRNN": "RNN", "DPMultiheadAttention": "MultiheadAttention"}
+_MODE_FUNCTIONS = re.compile(r"^(dropout\w*|\w*_dropout|batch_norm|instance_norm|drop_path\w*|DropPath|alpha_dropout|rrelu)$")
+
+
+def _reads_mode(func) -> bool:
+    """A method that reads ``self.training`` or calls functional dropout / batch norm / drop path."""
+    for node in ast.walk(func):
+        if isinstance(node, ast.Attribute) and node.attr == "training":
+            return True
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if _MODE_FUNCTIONS.match(name):
+                return True
+    return False
+_KNOWN_SENSITIVE = re.compile(
+    r"^(torchvision\.models\.|timm\.create_model$|timm\.models\.|transformers\.|torch\.hub\.load$|"
+    r"segmentation_models_pytorch\.|efficientnet_pytorch\.|pretrainedmodels\.)|\.from_pretrained$"
+)
+_BUILTIN_CALLS = frozenset(dir(__import__("builtins")))
+# Methods of plain Python values seen in constructors: they build no layer.
+_PLAIN_METHODS = frozenset(
+    "get pop append extend insert items keys values update setdefault copy format split join strip "
+    "lower upper replace startswith endswith index count add remove".split()
+)
+
+
+def combine(verdicts: Iterable[str]) -> str:
+    """Sensitive if any part is; free only if every part is."""
+    out = FREE
+    for v in verdicts:
+        if v == SENSITIVE:
+            return SENSITIVE
+        if v == UNKNOWN:
+            out = UNKNOWN
+    return out
+
+
+def torch_layer_verdict(name: str, call: ast.Call | None) -> str | None:
+    """The verdict for ``torch.nn.<name>(...)``, None when ``name`` is not a layer we know."""
+    if name in MODE_SENSITIVE_LAYERS:
+        return SENSITIVE
+    if name in MODE_FREE_LAYERS or name in CONTAINERS:
+        return FREE  # a container's children are judged as calls of their own
+    if name in _RUNNING_STATS:
+        flag = _keyword(call, "track_running_stats")
+        return SENSITIVE if flag is not None and not _false(flag) else FREE
+    if name in _RNN:
+        value = _keyword(call, "dropout")
+        if value is None and call is not None and len(call.args) > _RNN[name]:
+            value = call.args[_RNN[name]]
+        if value is None or (isinstance(value, ast.Constant) and not value.value):
+            return FREE
+        return SENSITIVE
+    if name.endswith("Loss"):
+        return FREE
+    return None
+
+
+def _keyword(call: ast.Call | None, name: str) -> ast.expr | None:
+    if call is None:
+        return None
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _false(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and not expr.value
+
+
+# -- one file's names ---------------------------------------------------------------------
+
+
+def module_level_names(tree: ast.Module, module: str) -> dict[str, str]:
+    """Local name -> qualified name for a module's top-level imports and definitions
+    (relative imports resolved against ``module``)."""
+    names: dict[str, str] = {}
+    package = module.rpartition(".")[0]
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Import):
+            for alias in stmt.names:
+                names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(stmt, ast.ImportFrom):
+            base = stmt.module or ""
+            if stmt.level:
+                parts = module.split(".")[: -stmt.level] if stmt.level <= module.count(".") + 1 else []
+                base = ".".join([*parts, base] if base else parts)
+            for alias in stmt.names:
+                if alias.name != "*":
+                    names[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
+        elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names[stmt.name] = f"{module}.{stmt.name}" if module else stmt.name
+    del package
+    return names
+
+
+def dotted(expr: ast.AST) -> str | None:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    parts.append(expr.id)
+    return ".".join(reversed(parts))
+
+
+def qualify(names: dict[str, str], expr: ast.AST) -> str | None:
+    name = dotted(expr)
+    if name is None:
+        return None
+    head, _, rest = name.partition(".")
+    if head not in names:
+        return None
+    target = names[head]
+    return f"{target}.{rest}" if rest else target
+
+
+# -- the index ------------------------------------------------------------------------------
+
+_CLASS_LINE = re.compile(r"^class\s+(\w+)\s*(?:\(([^)]*)\))?\s*:", re.M)
+_DEF_LINE = re.compile(r"^(?:async\s+)?def\s+(\w+)", re.M)
+_IMPORT_LINE = re.compile(r"^(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.M)
+
+
+@dataclass(frozen=True)
+class ModuleEntry:
+    """What the text pass saw in one file."""
+
+    path: str
+    sha1: str
+    classes: tuple[tuple[str, str], ...]  # (name, bases as written)
+    functions: tuple[str, ...]
+    imports: tuple[str, ...]  # imported module names as written (relative ones with dots)
+
+
+@dataclass
+class ProjectIndex:
+    """Every file of the run, by dotted module name (see the module docstring)."""
+
+    modules: dict[str, ModuleEntry] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, paths: Iterable[str], root: str | None = None) -> "ProjectIndex":
+        paths = sorted({os.path.abspath(p) for p in paths if p.endswith(".py")})
+        if root is None and paths:
+            root = os.path.commonpath([os.path.dirname(p) for p in paths])
+        index = cls()
+        for path in paths:
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except OSError:
+                continue
+            text = data.decode("utf-8", errors="replace")
+            module = module_name(path, root or os.path.dirname(path))
+            index.add(module, path, text, hashlib.sha1(data).hexdigest())
+        return index
+
+    def add(self, module: str, path: str, text: str, sha1: str | None = None) -> None:
+        # Prefilter by text: only a file that could define a class or a function is indexed.
+        if "class " not in text and "def " not in text and "import" not in text:
+            return
+        classes = tuple((m.group(1), " ".join((m.group(2) or "").split())) for m in _CLASS_LINE.finditer(text))
+        functions = tuple(m.group(1) for m in _DEF_LINE.finditer(text))
+        imports = tuple(m.group(1) or m.group(2) for m in _IMPORT_LINE.finditer(text))
+        sha1 = sha1 or hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()
+        self.modules[module] = ModuleEntry(path, sha1, classes, functions, imports)
+
+    def digest(self) -> str:
+        """A stable hash of what the index read: module names, paths' contents (sha1)."""
+        h = hashlib.sha256()
+        for module in sorted(self.modules):
+            h.update(f"{module}\0{self.modules[module].sha1}\n".encode())
+        return h.hexdigest()
+
+    # -- questions ------------------------------------------------------------------------
+    def find_module(self, qualname: str, near: str = "") -> str | None:
+        """The project module that defines ``pkg.mod.Name``: a sibling of the importing module
+        ``near`` first (a script's own directory is on ``sys.path``: ``from model import Net``
+        next to ``main.py``), then the exact name, then a unique suffix."""
+        module = qualname.rpartition(".")[0]
+        package = near.rpartition(".")[0]
+        while True:
+            candidate = f"{package}.{module}" if package else module
+            if candidate in self.modules:
+                return candidate
+            if not package:
+                break
+            package = package.rpartition(".")[0]
+        hits = [m for m in self.modules if m.endswith("." + module)]
+        return hits[0] if len(hits) == 1 else None
+
+    def import_graph(self) -> dict[str, set[str]]:
+        """Project module -> project modules it imports (relative imports resolved)."""
+        graph: dict[str, set[str]] = {}
+        for module, entry in self.modules.items():
+            targets = set()
+            for imported in entry.imports:
+                if imported.startswith("."):
+                    level = len(imported) - len(imported.lstrip("."))
+                    base = module.split(".")[:-level]
+                    imported = ".".join([*base, imported.lstrip(".")]) if imported.strip(".") else ".".join(base)
+                found = self.find_module(imported + ".x")
+                if found is not None:
+                    targets.add(found)
+            graph[module] = targets
+        return graph
+
+
+def module_name(path: str, root: str) -> str:
+    rel = os.path.relpath(os.path.abspath(path), root)
+    parts = rel[:-3].replace(os.sep, ".").split(".") if rel.endswith(".py") else rel.split(os.sep)
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(p for p in parts if p and p != "..")
+
+
+# -- sensitivity ----------------------------------------------------------------------------
+
+
+class Sensitivity:
+    """Answers "is this class / constructor call mode-sensitive?" for one run.
+
+    ``local`` is the file being checked (its tree and module name), judged from the tree
+    already parsed; other classes come from the project index, parsed on demand.
+    """
+
+    def __init__(self, index: ProjectIndex | None, tree: ast.Module, module: str = ""):
+        self.index = index
+        self.trees: dict[str, tuple[ast.Module, dict[str, str]] | None] = {module: (tree, module_level_names(tree, module))}
+        self.module = module
+        self._classes: dict[str, str] = {}
+
+    def _load(self, module: str):
+        if module in self.trees:
+            return self.trees[module]
+        self.trees[module] = None
+        entry = self.index.modules.get(module) if self.index is not None else None
+        if entry is None:
+            return None
+        try:
+            with open(entry.path, "rb") as handle:
+                data = handle.read()
+            if hashlib.sha1(data).hexdigest() != entry.sha1:
+                return None  # changed since the index was built: unknown, not a guess
+            tree = ast.parse(data)
+        except (OSError, SyntaxError, ValueError, RecursionError):
+            return None
+        self.trees[module] = (tree, module_level_names(tree, module))
+        return self.trees[module]
+
+    def of_qualname(self, qualname: str, call: ast.Call | None = None, depth: int = 0, near: str | None = None) -> str:
+        """Verdict for constructing/calling ``qualname`` (a torch layer, a known factory, a
+        class or factory function of the project)."""
+        try:
+            return self._of_qualname(qualname, call, depth, near)
+        except RecursionError:  # a pathological file elsewhere must not sink this one
+            return UNKNOWN
+
+    def _of_qualname(self, qualname: str, call: ast.Call | None, depth: int, near: str | None) -> str:
+        if qualname.startswith("torch.nn."):
+            verdict = torch_layer_verdict(qualname[len("torch.nn.") :], call)
+            return verdict if verdict is not None else UNKNOWN
+        if _KNOWN_SENSITIVE.search(qualname):
+            return SENSITIVE
+        last = qualname.rpartition(".")[2]
+        if qualname.startswith("opacus.") and last in _OPACUS_LAYERS:  # DPLSTM: torch's LSTM, per-sample grads
+            return torch_layer_verdict(_OPACUS_LAYERS[last], call) or UNKNOWN
+        if depth > 8:
+            return UNKNOWN
+        near = self.module if near is None else near
+        module = self.module if qualname.rpartition(".")[0] == self.module else None
+        if module is None and self.index is not None:
+            module = self.index.find_module(qualname, near)
+        if module is None:
+            return UNKNOWN
+        loaded = self._load(module)
+        if loaded is None:
+            return UNKNOWN
+        tree, names = loaded
+        name = qualname.rpartition(".")[2]
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+                return self._class(module, stmt, names, depth)
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                return self._factory(module, stmt, names, depth)
+        # Re-exported (`from .resnet import ResNet` in a package's __init__).
+        if name in names and names[name] != qualname:
+            return self.of_qualname(names[name], call, depth + 1, module)
+        return UNKNOWN
+
+    def of_call(self, call: ast.Call, names: dict[str, str], depth: int = 0, near: str | None = None) -> str:
+        qual = qualify(names, call.func)
+        if qual is None:
+            return UNKNOWN
+        return self.of_qualname(qual, call, depth + 1, near)
+
+    def _class(self, module: str, cls: ast.ClassDef, names: dict[str, str], depth: int) -> str:
+        key = f"{module}.{cls.name}"
+        if key in self._classes:
+            return self._classes[key]
+        self._classes[key] = UNKNOWN  # a cycle stays unknown
+        verdicts = []
+        for base in cls.bases:
+            qual = qualify(names, base)
+            if qual in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                continue
+            verdicts.append(self.of_qualname(qual, None, depth + 1, module) if qual else UNKNOWN)
+        if any(_reads_mode(m) for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            verdicts.append(SENSITIVE)
+        for call in _building_calls(cls):
+            verdicts.append(self.built(call, names, depth, module))
+            if verdicts[-1] == SENSITIVE:
+                break
+        self._classes[key] = result = combine(verdicts)
+        return result
+
+    def built(self, call: ast.Call, names: dict[str, str], depth: int, near: str | None = None) -> str:
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in _BUILTIN_CALLS and func.id not in names:
+            return FREE
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in ("self", "super"):
+            return FREE  # its own helpers are walked as part of the class
+        if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "super":
+            return FREE  # super().__init__(...)
+        qual = qualify(names, func)
+        if qual is None:
+            if isinstance(func, ast.Attribute) and (dotted(func) is None or func.attr in _PLAIN_METHODS):
+                return FREE  # `torch.zeros(3).uniform_()`, `layers.append(...)`, `cfg.get(...)`
+            return UNKNOWN  # `act_layer()`, `builder.build(cfg)`: could build anything
+        if qual.startswith("torch.") and not qual.startswith("torch.nn.") or qual.startswith("torch.nn.init") or qual.startswith("torch.nn.functional"):
+            return FREE  # tensor maths, initialisers
+        if qual.split(".")[0] in ("math", "numpy", "np", "functools", "collections", "copy", "itertools", "warnings", "logging"):
+            return FREE
+        return self.of_qualname(qual, call, depth + 1, near)
+
+    def _factory(self, module: str, func, names: dict[str, str], depth: int) -> str:
+        """A function that returns a constructed module (``def resnet18(): return ResNet(...)``)."""
+        returned = [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None]
+        if not returned or not all(isinstance(r, (ast.Call, ast.Name)) for r in returned):
+            return UNKNOWN
+        verdicts = []
+        for value in returned:
+            if isinstance(value, ast.Name):  # `model = Net(); model.load(...); return model`
+                bound = [a.value for a in ast.walk(func) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
+                         and any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets)]
+                if not bound:
+                    return UNKNOWN
+                verdicts += [self.of_call(strip_moves(b), names, depth, module) for b in bound]
+            else:
+                verdicts.append(self.of_call(strip_moves(value), names, depth, module))
+        return combine(verdicts)
+
+
+def _building_calls(cls: ast.ClassDef) -> list[ast.Call]:
+    """Calls that build the class's layers: in ``__init__`` and in the methods it calls on
+    ``self`` (``self._make_layer(...)``)."""
+    methods = {m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    todo, seen, calls = ["__init__"], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in methods:
+            continue
+        seen.add(name)
+        for node in ast.walk(methods[name]):
+            if isinstance(node, ast.Call):
+                calls.append(node)
+                f = node.func
+                if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                    todo.append(f.attr)
+    # Class-level layers (`block = nn.Sequential(...)` in the body) too.
+    calls += [n for s in cls.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(s) if isinstance(n, ast.Call)]
+    return calls
+
+
+_MOVES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "requires_grad_", "share_memory"})
+
+
+def strip_moves(value: ast.AST) -> ast.AST:
+    """``Net(...).to(device).float()`` -> ``Net(...)`` (these return the module itself)."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES:
+        value = value.func.value
+    return value

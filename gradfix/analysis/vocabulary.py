@@ -1,0 +1,295 @@
+"""One vocabulary of what training code says: every rule asks these, none spells its own.
+
+- **Training scope**: a function (or module-level code) that calls ``.backward()`` (or
+  ``torch.autograd.backward``, ``accelerator.backward(loss)``, ``self.manual_backward(loss)``)
+  or steps an optimizer (``opt.step()``, ``scaler.step(opt)``).
+- **Environment step** (``env.step(action)``) is *not* an optimizer step: it advances a
+  simulator and touches no parameter. A scope that steps an environment is *acting*
+  (reinforcement-learning rollouts): part of training, but it computes no gradient, and the
+  mode of the networks it runs is the caller's (exploration through noisy layers/dropout).
+  Rules that need "this is training, not evaluation" ask :func:`acts_in_environment` as well.
+- **Caller-owned mode**: functions that run under whatever mode their caller set: ``forward``,
+  ``__call__``, framework methods (Lightning ``*_step``/``on_*`` hooks, Ignite handlers,
+  Accelerate/Keras-like callbacks) and hooks registered with ``register_*_hook``.
+- **Tensor provenance**: fresh constructors (``torch.zeros``...), loader batches (loop targets
+  over something named like a loader), parameters (``.parameters()``), ``.data``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from gradfix.facts import FileFacts, dotted_name
+
+FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+# -- optimizer steps, backward calls, environments --------------------------------------------
+
+_OPTIMIZER_RECEIVER = re.compile(r"opt|scaler|solver", re.I)
+_SCHEDULER_RECEIVER = re.compile(r"sched", re.I)
+_ENV_RECEIVER = re.compile(r"env", re.I)
+#: Receivers whose ``.backward(loss)`` method backpropagates ``loss`` (Accelerate, Fabric, DeepSpeed).
+BACKWARD_RUNNERS = re.compile(r"^(accelerator|fabric|engine|model_engine|deepspeed_engine|self\.accelerator|self\.fabric)$")
+
+
+def is_optimizer_step(call: ast.Call) -> bool:
+    """``opt.step()``, ``self.optimizer.step()``, ``scaler.step(opt)``; not ``scheduler.step()``,
+    not ``env.step(action)``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "step":
+        return False
+    receiver = dotted_name(func.value)
+    if receiver is None:
+        return False
+    last = receiver.rsplit(".", 1)[-1]
+    return bool(_OPTIMIZER_RECEIVER.search(last)) and not _SCHEDULER_RECEIVER.search(last)
+
+
+def is_environment_step(call: ast.Call) -> bool:
+    func = call.func
+    if not isinstance(func, ast.Attribute) or func.attr != "step":
+        return False
+    receiver = dotted_name(func.value) or ""
+    return bool(_ENV_RECEIVER.search(receiver.rsplit(".", 1)[-1]))
+
+
+def backward_tensor(facts: FileFacts, call: ast.Call) -> tuple[str, ast.expr] | None:
+    """``(kind, tensor)`` when ``call`` differentiates ``tensor``.
+
+    Kinds: ``backward`` (``t.backward()``, ``accelerator.backward(t)``,
+    ``self.manual_backward(t)``), ``autograd.backward``, ``autograd.grad``, ``retain_grad``.
+    """
+    func = call.func
+    qual = facts.call_qualname(call)
+    if qual in ("torch.autograd.grad", "torch.autograd.backward"):
+        keys = ("outputs", "tensors")
+        tensor = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in keys), None)
+        return (qual.replace("torch.", ""), tensor) if tensor is not None else None
+    if not isinstance(func, ast.Attribute) or qual is not None:
+        return None
+    if func.attr == "manual_backward" and call.args:
+        return ("backward", call.args[0])
+    if func.attr == "backward":
+        if call.args and BACKWARD_RUNNERS.match(dotted_name(func.value) or ""):
+            return ("backward", call.args[0])
+        return ("backward", func.value)
+    if func.attr == "retain_grad":
+        return ("retain_grad", func.value)
+    return None
+
+
+def calls_backward(facts: FileFacts, scope) -> bool:
+    return facts.memo(("calls_backward", scope), lambda: _calls_backward(facts, scope))
+
+
+def _calls_backward(facts: FileFacts, scope) -> bool:
+    if facts.method_calls_in(scope, "backward") or facts.method_calls_in(scope, "manual_backward"):
+        return True
+    return any(facts.call_qualname(c) == "torch.autograd.backward" for c in facts.calls_in(scope))
+
+
+def steps_optimizer(facts: FileFacts, scope) -> bool:
+    return facts.memo(("steps_optimizer", scope), lambda: any(is_optimizer_step(c) for c in facts.calls_in(scope)))
+
+
+def is_training_scope(facts: FileFacts, scope) -> bool:
+    """Calls ``.backward()`` or steps an optimizer (an environment step does not count)."""
+    return calls_backward(facts, scope) or steps_optimizer(facts, scope)
+
+
+def optimizer_steps(facts: FileFacts, scope) -> list[ast.Call]:
+    return [c for c in facts.calls_in(scope) if is_optimizer_step(c)]
+
+
+_ACTING_NAME = re.compile(r"(^|_)(act|acts|action|actions|explore|exploration|rollout|rollouts|collect)(_|$)", re.I)
+
+
+def acts_in_environment(facts: FileFacts, func) -> bool:
+    """Reinforcement-learning action selection: an ``act``-like name, or it steps an environment."""
+    if func is None:
+        return False
+    return bool(_ACTING_NAME.search(func.name)) or any(is_environment_step(c) for c in facts.calls_in(func))
+
+
+# -- functions whose caller owns the mode -------------------------------------------------------
+
+#: Framework methods and hooks called by a framework that set the mode before calling them:
+#: Lightning (``training_step``, ``validation_step``, ``on_validation_epoch_end``...), Ignite
+#: (``*_step``/handlers taking an engine), Accelerate/Keras-style callbacks (``on_*``).
+CALLER_OWNS_MODE = re.compile(r"^(forward|__call__|on_\w+|\w+_step|\w+_epoch_(end|start)|\w+_hook)$")
+_FRAMEWORK_BASES = re.compile(r"Lightning|\bpl\.|Callback|Hook")
+HOOK_REGISTRARS = frozenset(
+    {"register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook", "register_backward_hook", "register_hook"}
+)
+
+
+def owner_class(facts: FileFacts, node: ast.AST) -> ast.ClassDef | None:
+    """The class whose method (or a def nested in one) holds ``node``; None outside classes."""
+    current = facts.parents.get(node)
+    while current is not None:
+        if isinstance(current, ast.ClassDef):
+            return current
+        current = facts.parents.get(current)
+    return None
+
+
+def framework_method(facts: FileFacts, func) -> bool:
+    """A method of a class deriving from a framework base (LightningModule, a Callback...)."""
+    parent = facts.parents.get(func)
+    if not isinstance(parent, ast.ClassDef):
+        return False
+    return any(_FRAMEWORK_BASES.search(facts.segment(b) or "") for b in parent.bases)
+
+
+def registered_hooks(facts: FileFacts) -> frozenset[str]:
+    """Names of this file's functions passed to ``register_*_hook`` (run inside a forward)."""
+
+    def compute():
+        out = set()
+        for call in facts.calls:
+            if isinstance(call.func, ast.Attribute) and call.func.attr in HOOK_REGISTRARS:
+                for arg in call.args:
+                    name = dotted_name(arg)
+                    if name:
+                        out.add(name.rsplit(".", 1)[-1])
+        return frozenset(out)
+
+    return facts.memo(("registered_hooks",), compute)
+
+
+def framework_loss(facts: FileFacts, func, ret: ast.Return) -> ast.expr | None:
+    """The loss a framework backpropagates from ``return``: a LightningModule's
+    ``training_step`` returns the loss, or a dict holding it under ``"loss"``."""
+    if func is None or getattr(func, "name", None) != "training_step" or ret.value is None:
+        return None
+    if not framework_method(facts, func):
+        return None
+    value = ret.value
+    if isinstance(value, ast.Dict):
+        return next((v for k, v in zip(value.keys, value.values) if isinstance(k, ast.Constant) and k.value == "loss"), None)
+    return None if isinstance(value, ast.Constant) else value
+
+
+def event_handler(func) -> bool:
+    """An Ignite-style handler: ``@trainer.on(Events.EPOCH_COMPLETED)`` (the engine that runs it
+    owns the mode; Ignite's evaluators set eval mode themselves)."""
+    return any(
+        isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.func.attr in ("on", "add_event_handler")
+        for d in getattr(func, "decorator_list", ())
+    )
+
+
+def caller_owns_mode(facts: FileFacts, func) -> bool:
+    """``func`` runs in whatever mode its caller set: forward, framework method, hook, handler."""
+    if func is None:
+        return False
+    return (
+        bool(CALLER_OWNS_MODE.match(func.name))
+        or framework_method(facts, func)
+        or func.name in registered_hooks(facts)
+        or event_handler(func)
+    )
+
+
+# -- tensor provenance ---------------------------------------------------------------------------
+
+# Methods returning a view of, or the very same tensor as, the receiver: under ``no_grad`` a
+# view of a tensor that requires grad still requires grad (pinned in the facts tests).
+VIEW_METHODS = frozenset(
+    "view view_as reshape reshape_as t transpose permute squeeze unsqueeze expand expand_as "
+    "narrow select unbind split chunk flatten unflatten contiguous to cuda cpu float double "
+    "half bfloat16 long int bool type type_as as_strided movedim swapaxes unfold".split()
+)
+# Methods that compute a new tensor from the receiver and their arguments (no parameters).
+COMPUTE_METHODS = frozenset(
+    "sum mean pow exp log log1p abs norm softmax log_softmax sigmoid tanh relu clamp clamp_min "
+    "clamp_max max min std var prod cumsum neg sqrt rsqrt square clone masked_fill "
+    "gather index_select add sub mul div matmul mm bmm dot sign floor ceil round topk sort "
+    "logsumexp amax amin nansum nanmean repeat roll flip where".split()
+)
+# Methods whose result never carries history (detached copies, shapes, integer/bool results).
+DETACHING_METHODS = frozenset(
+    "detach item tolist numpy size dim ndimension numel nelement stride element_size get_device "
+    "eq ne gt lt ge le isnan isinf isfinite argmax argmin any all nonzero".split()
+)
+#: Fresh tensor constructors: their results require no grad unless ``requires_grad=True``.
+FRESH_CONSTRUCTORS = frozenset(
+    f"torch.{n}"
+    for n in "zeros ones empty full randn rand randint arange linspace tensor from_numpy as_tensor eye "
+    "zeros_like ones_like empty_like full_like randn_like rand_like FloatTensor LongTensor "
+    "IntTensor ByteTensor BoolTensor DoubleTensor Tensor".split()
+)
+PARAMETER_ITERATORS = frozenset(
+    {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children", "buffers", "named_buffers", "state_dict"}
+)
+# Function parameters that hold data (never autograd history in training code).
+DATA_PARAM = re.compile(
+    r"^(x|xb|y|yb|y_?true|inputs?|images?|imgs?|batch|samples?|data|targets?|labels?|gts?|masks?"
+    r"|.*_(labels?|targets?|gts?|masks?|ids))$",
+    re.I,
+)
+# Loop iterables that yield data batches.
+DATA_ITERABLE = re.compile(r"loader|batch|data|dataset|\bdl\b|\bds\b|sampler|stream|sample", re.I)
+# Calls whose result is an iterable over data when their arguments are (``enumerate(loader)``).
+DATA_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "list", "tuple", "sorted", "reversed", "islice", "cycle", "chain"})
+
+
+def is_data_iterable(node: ast.AST) -> bool:
+    """A loop iterable that yields data batches: ``loader``, ``self.train_loader``,
+    ``enumerate(tqdm(loader))``, ``range(n)``, ``memory.sample(32)``, ``get_batch(i)``. The name
+    decides, not any word in the source: ``student(batch)`` yields model outputs."""
+    if isinstance(node, ast.Subscript):
+        return is_data_iterable(node.value)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        name = dotted_name(node)
+        return name is not None and bool(DATA_ITERABLE.search(name.rpartition(".")[2]))
+    if isinstance(node, ast.Call):
+        name = dotted_name(node.func)
+        if name is None:
+            return False
+        last = name.rpartition(".")[2]
+        if last == "range":
+            return True
+        if last in DATA_WRAPPERS:
+            args = [a for a in node.args if not isinstance(a, ast.Constant)]
+            return bool(args) and all(is_data_iterable(a) for a in args)
+        return bool(DATA_ITERABLE.search(last))
+    return False
+
+
+def is_fresh_tensor(facts: FileFacts, expr: ast.AST) -> bool:
+    """A fresh constructor (``torch.zeros(3)``), possibly moved/cast (``.cuda()``, ``.float()``),
+    without ``requires_grad=True``."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEW_METHODS:
+        expr = expr.func.value
+    if not isinstance(expr, ast.Call) or facts.call_qualname(expr) not in FRESH_CONSTRUCTORS:
+        return False
+    return not any(k.arg == "requires_grad" and not (isinstance(k.value, ast.Constant) and k.value.value is False) for k in expr.keywords)
+
+
+def is_data_attribute(expr: ast.AST) -> bool:
+    """``x.data``: the tensor without its history."""
+    return isinstance(expr, ast.Attribute) and expr.attr == "data"
+
+
+# -- loss criteria --------------------------------------------------------------------------------
+
+# Instances named like a criterion (``criterion``, ``self.loss_fn``) and, for plain function
+# names only, ``*_loss`` helpers. ``self.model.loss(...)`` may run the model.
+CRITERION_NAME = re.compile(
+    r"^(crit|criterion|criteria|criterions|loss_?fn|loss_?func|loss_function|loss_module"
+    r"|.*_(crit|criterion|loss_?fn|loss_?func)|criterion_.*)$",
+    re.I,
+)
+LOSS_FUNCTION_NAME = re.compile(r"^(.*_)?loss(es)?$", re.I)
+# Criteria whose name says they run a discriminator/critic or hold learned weights.
+LEARNED_CRITERION = re.compile(r"disc|adv|gan|critic|center|centre|arc_?face|cos_?face|proxy|margin|^d_|_d_|^g_|_g_", re.I)
+#: Names of values that are losses/metrics, not modules whose mode matters.
+LOSS_LIKE = re.compile(r"loss|criterion|crit$|metric|accuracy|^acc$|score|distance", re.I)
+
+
+def parameter_free_loss_class(qualname: str) -> bool:
+    """A ``torch.nn`` loss class whose instances hold no parameters."""
+    return qualname.startswith("torch.nn.") and qualname.endswith("Loss") and "AdaptiveLogSoftmax" not in qualname

@@ -1,0 +1,150 @@
+"""Module-mode state and module kinds (gradfix/analysis/module_mode.py) on real shapes."""
+
+from __future__ import annotations
+
+import ast
+
+from gradfix import Settings, check
+from gradfix.analysis.module_mode import leaking_evals, module_sensitivity
+from gradfix.analysis.project import FREE, SENSITIVE, UNKNOWN
+from gradfix.facts import build_facts
+
+CLASSIFIER = """\
+import torch
+from torch import nn
+from opacus.layers import DPLSTM
+
+
+class Classifier(nn.Module):
+    def __init__(self, layers=1):
+        super().__init__()
+        self.emb = nn.Embedding(10, 4)
+        self.lstm = DPLSTM(4, 8, num_layers=layers, batch_first=True)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.out(self.lstm(self.emb(x))[0][:, -1])
+
+
+def train(model, loader, opt):
+    for x, y in loader:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def test(model, loader):
+    with torch.no_grad():
+        return sum((model(x).argmax(-1) == y).sum().item() for x, y in loader)
+
+
+model = Classifier().to("cpu")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt, loader = engine.make_private(module=model, optimizer=opt, data_loader=loader)
+train(model, loader, opt)
+test(model, loader)
+"""
+
+
+def _call_in(facts, func_name, callee):
+    func = next(f for f in facts.functions if f.name == func_name)
+    return next(c for c in facts.calls_in(func) if isinstance(c.func, ast.Name) and c.func.id == callee)
+
+
+def test_a_parameter_is_what_the_callers_pass_through_wrappers():
+    """precision-fp.md (opacus tutorial): the model passed to `test` is a mode-free
+    classifier, wrapped by `make_private`; `.eval()` would change nothing."""
+    facts = build_facts(CLASSIFIER)
+    assert module_sensitivity(facts, "model", _call_in(facts, "test", "model")) == FREE
+    assert check(CLASSIFIER, settings=Settings(select=("GF104", "GF105"))) == []
+
+
+def test_dropout_anywhere_in_what_is_wrapped_makes_it_sensitive():
+    source = CLASSIFIER.replace("Classifier().to", "nn.Sequential(Classifier(), nn.Dropout()).to")
+    facts = build_facts(source)
+    assert module_sensitivity(facts, "model", _call_in(facts, "test", "model")) == SENSITIVE
+    assert [f.code for f in check(source, settings=Settings(select=("GF104",)))] == ["GF104"]
+
+
+def test_an_unknown_wrapper_result_is_unknown_and_another_functions_local_is_another_object():
+    source = CLASSIFIER.replace("engine.make_private(module=model, optimizer=opt, data_loader=loader)", "build(model)")
+    facts = build_facts(source)
+    assert module_sensitivity(facts, "model", _call_in(facts, "test", "model")) == UNKNOWN
+    other = "def other():\n    model = nn.Dropout()\n    return model\n"
+    facts = build_facts(CLASSIFIER + other)
+    assert module_sensitivity(facts, "model", _call_in(facts, "test", "model")) == FREE
+
+
+def test_leaking_evals_are_real_eval_calls_only():
+    facts = build_facts(CLASSIFIER.replace("    with torch.no_grad():", "    model.eval()\n    with torch.no_grad():"))
+    (switch,) = leaking_evals(facts)["model"]
+    assert facts.segment(switch) == "model.eval()"
+    assert leaking_evals(build_facts(CLASSIFIER)) == {}
+
+
+LIGHTNING = """\
+import torch
+import lightning as L
+
+
+class Module(L.LightningModule):
+    def model_step(self, batch):
+        x, y = batch
+        with torch.no_grad():
+            feats = self.encoder(x)
+            logits = self.head(feats)
+        return torch.nn.functional.cross_entropy(logits, y)
+
+    def training_step(self, batch, batch_idx):
+        loss = self.model_step(batch)
+        return {"loss": loss}
+"""
+
+
+def test_lightning_backpropagates_what_training_step_returns():
+    findings = check(LIGHTNING, settings=Settings(select=("GF102", "GF103")))
+    assert [(f.code, f.line) for f in findings] == [("GF103", 8)]
+    findings = check(LIGHTNING, settings=Settings(select=("GF102",)))
+    assert [(f.code, f.line) for f in findings] == [("GF102", 15)]
+    fine = LIGHTNING.replace("        with torch.no_grad():\n            feats = self.encoder(x)\n            logits", "        feats = self.encoder(x)\n        logits")
+    assert check(fine, settings=Settings(select=("GF102", "GF103"))) == []
+
+
+SCRIPT_2017 = """\
+import torch
+from torch import nn
+
+
+class Rnn(nn.Module):
+    def __init__(self, n):
+        super(Rnn, self).__init__()
+        self.lstm = nn.LSTM(n, 32, 2, batch_first=True)
+        self.classifier = nn.Linear(32, 10)
+
+
+model = Rnn(28)
+if torch.cuda.is_available():
+    model = model.cuda()
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for img, label in train_loader:
+        loss = criterion(model(img), label)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    for img, label in test_loader:
+        print(model(img))
+"""
+
+
+def test_a_mode_free_model_trained_after_eval_is_not_reported():
+    """pytorch-beginner (2017): `.eval()` in the epoch loop is never undone, but the LSTM has no
+    dropout and nothing else depends on the mode: training in eval mode changes nothing.
+    `model = model.cuda()` is the same module."""
+    facts = build_facts(SCRIPT_2017)
+    use = next(c for c in facts.calls if isinstance(c.func, ast.Name) and c.func.id == "model")
+    assert module_sensitivity(facts, "model", use) == FREE
+    assert check(SCRIPT_2017, settings=Settings(select=("GF105",))) == []
+    with_dropout = SCRIPT_2017.replace("32, 2, batch_first=True", "32, 2, batch_first=True, dropout=0.5")
+    assert [f.code for f in check(with_dropout, settings=Settings(select=("GF105",)))] == ["GF105"]
