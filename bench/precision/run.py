@@ -92,7 +92,12 @@ def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]]) -> list[d
             print(f"note: {repo}: {len(errors)} files do not parse (left alone)", file=sys.stderr)
         if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
             raise SystemExit(f"gradfix exited {proc.returncode} on {repo}:\n{proc.stderr}")
-        findings = json.loads(proc.stdout or "[]")
+        # files that do not parse come as entries without a code (older gradfix: on stderr only)
+        entries = json.loads(proc.stdout or "[]")
+        findings = [f for f in entries if f.get("code")]
+        if len(findings) < len(entries) and not errors:
+            print(f"note: {repo}: {len(entries) - len(findings)} files do not parse (left alone)",
+                  file=sys.stderr)
         diff = gradfix(["--diff", "--unsafe-fixes", path.name], corpus)
         (out / "diffs" / f"{path.name}.diff").write_text(diff.stdout, encoding="utf-8")
         prefix = path.name + "/"
