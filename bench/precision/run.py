@@ -11,14 +11,21 @@ repository, and compares the findings with the hand verdicts in ``verdicts.tsv``
 
 Findings and verdicts are matched exactly on (repo, path, line, col, code); a notebook
 finding's line is ``CELL:LINE``. Unmatched findings (not judged yet) and verdicts whose finding is gone
-are listed, never guessed. Exit status: 0, or 1 when some finding is not judged or some
-verdict is stale (so a rule change that moves findings is noticed).
+are listed, never guessed. Each verdict also records the digest of the finding's rewrite as it
+was judged (column ``rewrite``, see ``rewrite_digest``); a finding whose rewrite digest differs
+now is listed as "rewrite changed", so that a changed fix is re-judged, not only a moved finding.
+
+    python bench/precision/run.py --no-run --stamp      # after judging: record the digests
+
+Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
+rewrite changed.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import re
@@ -30,10 +37,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 VERDICTS = HERE / "verdicts.tsv"
 REPOS_MD = HERE / "REPOS.md"
-FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "note")
+FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
 ROW = re.compile(r"^\|\s*([\w.-]+/[\w.-]+)\s*\|\s*([0-9a-f]{7,40})\s*\|")
+# a diff file header (`--- a/owner+name/path` or `... nb.ipynb:cell N`) and a hunk header
+FILE_HEADER = re.compile(r"^--- a/[^/]+/(.+?)(?::cell (\d+))?$")
+HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 
 def listed_repos() -> list[tuple[str, str]]:
@@ -82,7 +92,12 @@ def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]]) -> list[d
             print(f"note: {repo}: {len(errors)} files do not parse (left alone)", file=sys.stderr)
         if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
             raise SystemExit(f"gradfix exited {proc.returncode} on {repo}:\n{proc.stderr}")
-        findings = json.loads(proc.stdout or "[]")
+        # files that do not parse come as entries without a code (older gradfix: on stderr only)
+        entries = json.loads(proc.stdout or "[]")
+        findings = [f for f in entries if f.get("code")]
+        if len(findings) < len(entries) and not errors:
+            print(f"note: {repo}: {len(entries) - len(findings)} files do not parse (left alone)",
+                  file=sys.stderr)
         diff = gradfix(["--diff", "--unsafe-fixes", path.name], corpus)
         (out / "diffs" / f"{path.name}.diff").write_text(diff.stdout, encoding="utf-8")
         prefix = path.name + "/"
@@ -94,16 +109,98 @@ def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]]) -> list[d
                 "path": f["path"][len(prefix):] if f["path"].startswith(prefix) else f["path"],
                 "line": line,
                 "col": str(f["column"]),
+                "end_line": str(f.get("end_line", f["line"])),
                 "code": f["code"],
                 "fix": fix.get("safety") or "none",
                 "message": f["message"],
             })
     with open(out / "findings.tsv", "w", encoding="utf-8", newline="") as fh:
-        w = csv.DictWriter(fh, ("repo", "path", "line", "col", "code", "fix", "message"),
+        w = csv.DictWriter(fh, ("repo", "path", "line", "col", "end_line", "code", "fix", "message"),
                            delimiter="\t", lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     return rows
+
+
+Hunk = tuple[int, int, str]  # first old line, last old line, the hunk's text without its header
+
+
+def read_hunks(diff: str) -> dict[tuple[str, str | None], list[Hunk]]:
+    """The hunks of one repository's ``--diff`` output, by (path, notebook cell or None)."""
+    hunks: dict[tuple[str, str | None], list[Hunk]] = defaultdict(list)
+    where = None
+    body: list[str] = []
+
+    def close() -> None:
+        if where is not None and body:
+            start, count = span
+            hunks[where].append((start, start + max(count, 1) - 1, "\n".join(body)))
+
+    span = (0, 0)
+    for line in diff.splitlines():
+        header = FILE_HEADER.match(line)
+        if header:
+            close()
+            where, body = (header.group(1), header.group(2)), []
+            continue
+        hunk = HUNK_HEADER.match(line)
+        if hunk:
+            close()
+            span, body = (int(hunk.group(1)), int(hunk.group(2) or 1)), []
+        elif line.startswith(("+++ ", "--- ")) and not body:
+            continue
+        elif where is not None and line[:1] in (" ", "+", "-", "\\"):
+            body.append(line)
+    close()
+    return hunks
+
+
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha1("\n\n".join(parts).encode("utf-8")).hexdigest()[:10]
+
+
+def rewrite_digest(finding: dict[str, str], hunks: dict[tuple[str, str | None], list[Hunk]]) -> str:
+    """A short digest of the rewrite of one finding, read from its repository's diff.
+
+    ``h:<sha>``: the hunks (in its file or notebook cell) whose old lines overlap the finding's
+    lines; ``f:<sha>``: no hunk overlaps (a fix that lands elsewhere, e.g. a decorator or a `with`
+    around a loop that starts below the finding), so the whole file's diff stands for it; ``none``:
+    a fix is declared but the file's diff is empty; ``-``: no fix declared. Hunk headers (line
+    numbers) are left out, so an edit above that only shifts the hunk changes no digest.
+    """
+    if finding["fix"] == "none":
+        return "-"
+    cell, _, line = finding["line"].rpartition(":")
+    first = int(line)
+    last = max(first, int(finding.get("end_line") or first))
+    near = [h[2] for h in hunks.get((finding["path"], cell or None), []) if h[0] <= last and first <= h[1]]
+    if near:
+        return "h:" + _digest(near)
+    whole = [h[2] for (path, _), hs in sorted(hunks.items(), key=lambda kv: (kv[0][0], int(kv[0][1] or 0)))
+             if path == finding["path"] for h in hs]
+    return "f:" + _digest(whole) if whole else "none"
+
+
+def add_digests(findings: list[dict[str, str]], out: Path) -> None:
+    """Set each finding's ``rewrite`` digest from the diffs saved under ``out``."""
+    cache: dict[str, dict] = {}
+    for f in findings:
+        name = f["repo"].replace("/", "+")
+        if name not in cache:
+            diff = out / "diffs" / f"{name}.diff"
+            cache[name] = read_hunks(diff.read_text(encoding="utf-8")) if diff.exists() else {}
+        f["rewrite"] = rewrite_digest(f, cache[name])
+
+
+def stamp(findings: list[dict[str, str]], verdicts: list[dict[str, str]]) -> None:
+    """Record in verdicts.tsv the rewrite digest of each judged finding of this run."""
+    current = {key(f): f["rewrite"] for f in findings}
+    for v in verdicts:
+        v["rewrite"] = current.get(key(v), v.get("rewrite") or "")
+    with open(VERDICTS, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, FIELDS, delimiter="\t", lineterminator="\n")
+        w.writeheader()
+        w.writerows({k: v.get(k, "") for k in FIELDS} for v in verdicts)
 
 
 def read_tsv(path: Path) -> list[dict[str, str]]:
@@ -129,6 +226,7 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
         by_key[key(v)] = v
     stats: dict[str, Counter[str]] = defaultdict(Counter)
     unjudged = []
+    changed = []
     seen = set()
     for f in findings:
         s = stats[f["code"]]
@@ -140,6 +238,8 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
             unjudged.append(f)
             continue
         seen.add(key(f))
+        if (v.get("rewrite") or "") != f["rewrite"]:
+            changed.append((f, v))
         s["judged"] += 1
         s[v["verdict"]] += 1
         if v.get("fix") in FIX_VERDICTS:
@@ -174,12 +274,18 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
         for f in unjudged:
             print(f"  {f['repo']}\t{f['path']}\t{f['line']}\t{f['col']}\t{f['code']}\t"
                   f"{f['message'][:100]}")
+    if changed:
+        print(f"\n{len(changed)} findings whose rewrite changed since they were judged "
+              "(judged digest -> now):")
+        for f, v in changed:
+            print(f"  {f['repo']}\t{f['path']}\t{f['line']}\t{f['col']}\t{f['code']}\t"
+                  f"{v.get('rewrite') or '?'} -> {f['rewrite']}\t{v['fix']}")
     if stale:
         print(f"\n{len(stale)} verdicts whose finding is gone:")
         for v in stale:
             print(f"  {v['repo']}\t{v['path']}\t{v['line']}\t{v['col']}\t{v['code']}\t"
                   f"{v['verdict']}")
-    return 1 if unjudged or stale else 0
+    return 1 if unjudged or stale or changed else 0
 
 
 def main() -> int:
@@ -190,6 +296,8 @@ def main() -> int:
                     help="where findings.tsv and the diffs go (keep it outside the repository)")
     ap.add_argument("--no-run", action="store_true", help="reuse OUT/findings.tsv")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument("--stamp", action="store_true",
+                    help="after judging: record this run's rewrite digests in verdicts.tsv")
     args = ap.parse_args()
     repos = listed_repos()
     if not repos:
@@ -198,7 +306,11 @@ def main() -> int:
         findings = read_tsv(args.out / "findings.tsv")
     else:
         findings = run_gradfix(args.corpus.resolve(), args.out, repos)
-    return compare(findings, read_tsv(VERDICTS), args.markdown)
+    add_digests(findings, args.out)
+    verdicts = read_tsv(VERDICTS)
+    if args.stamp:
+        stamp(findings, verdicts)
+    return compare(findings, verdicts, args.markdown)
 
 
 if __name__ == "__main__":
