@@ -123,3 +123,20 @@ def test_a_link_that_appears_after_the_link_check_is_not_followed(tmp_path, monk
     with pytest.raises(WriteError, match="changed on disk"):
         write_atomic(path, b"new\n", b"old\n")
     assert outside.read_text() == "old\n"
+
+
+def test_ctrl_c_and_sigterm_are_held_back_while_a_file_is_written(tmp_path, monkeypatch):
+    import signal
+
+    seen = []
+    monkeypatch.setattr(writer, "_write_atomic", lambda *a: seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+    write_atomic(tmp_path / "m.py", b"", b"")
+    (blocked,) = seen
+    assert {signal.SIGINT, signal.SIGTERM} <= blocked
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # and released after
+
+
+def test_too_deep_nesting_is_a_source_error_not_a_crash():
+    with pytest.raises(SourceError) as info:
+        check("x = " + "-" * 100_000 + "1\n")  # the parser's own recursion limit
+    assert info.value.message == "file is nested too deeply to analyse"

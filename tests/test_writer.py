@@ -235,8 +235,9 @@ def test_temp_files_are_hidden_from_git_in_the_right_exclude_file(tmp_path, monk
     if layout == "none":
         assert not list(tmp_path.rglob("exclude"))
         return
-    lines = exclude.read_text().splitlines()
-    assert lines.count(".*.gradfix.tmp") == 1
+    text = exclude.read_text()
+    lines = text.splitlines()
+    assert lines.count(".*.gradfix.tmp") == 1 and text.endswith(".*.gradfix.tmp\n")
     if layout == "repository":
         assert lines[:2] == ["# theirs", "*.log"]  # appended, never rewritten
     monkeypatch.setattr(writer, "_hidden", set())
