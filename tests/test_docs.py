@@ -61,7 +61,7 @@ def test_quick_start_first_line_exits_1_with_a_patch_as_documented(tmp_path: Pat
     assert proc.stdout.startswith("--- a/fixtures/") and "+++ b/fixtures/" in proc.stdout
 
 
-def test_readme_keeps_marked_places_for_other_sections():
+def test_readme_has_the_sections_a_newcomer_looks_for():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    for section in ("performance", "testing", "security boundaries"):
-        assert f"<!-- BEGIN other branches: {section}" in readme and f"<!-- END other branches: {section}" in readme
+    for heading in ("## Quick start", "## Performance, cache and big repositories", "## Testing", "## Security boundaries"):
+        assert f"\n{heading}\n" in readme, heading
