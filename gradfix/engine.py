@@ -204,41 +204,30 @@ def finding_edits(source: bytes, findings: Sequence[Finding], settings: Settings
 
 # Cutting one whole-file fix into per-finding edits is a diff heuristic: two nearby fixes can
 # be aligned wrongly. In a file with few fixes each cut is checked against that finding's fix
-# alone (and replaced by it where they differ); in a bigger file a cut that does not compile
-# when applied alone is dropped (the finding is then reported without a per-finding fix).
+# alone (and replaced by it where they differ). Bigger files keep the cut unchecked: checking
+# costs a LibCST pass per finding, the quadratic cost the cut exists to avoid.
 EXACT_EDIT_CHECK_MAX = 16
 
 
 def _checked_edits(source: bytes, old: str, findings: Sequence[Finding], edits: dict, settings: Settings, path: str) -> dict:
-    from gradfix.model import TextEdit
+    from gradfix.model import TextEdit, apply_text_edits
 
-    def applied(cut) -> str:
-        out, at = [], 0
-        for edit in sorted(cut, key=lambda e: (e.start, e.end)):
-            out += [old[at : edit.start], edit.new]
-            at = edit.end
-        return "".join(out) + old[at:]
-
+    if len(edits) > EXACT_EDIT_CHECK_MAX:
+        return edits
     checked = {}
     for index, cut in edits.items():
-        if len(edits) <= EXACT_EDIT_CHECK_MAX:
-            run = fix_findings(source, [findings[index]], settings, path)
-            if run is None or 0 not in run.applied or run.source == source:
-                continue
-            alone = decode_source(run.source)
-            if applied(cut) != alone:  # one replacement from the first to the last changed character
-                start, shortest = 0, min(len(old), len(alone))
-                while start < shortest and old[start] == alone[start]:
-                    start += 1
-                tail = 0
-                while tail < shortest - start and old[-1 - tail] == alone[-1 - tail]:
-                    tail += 1
-                cut = (TextEdit(start, len(old) - tail, alone[start : len(alone) - tail]),)
-        else:
-            try:
-                compile(applied(cut), path, "exec", dont_inherit=True)
-            except (SyntaxError, ValueError):
-                continue
+        run = fix_findings(source, [findings[index]], settings, path)
+        if run is None or 0 not in run.applied or run.source == source:
+            continue
+        alone = decode_source(run.source)
+        if apply_text_edits(old, cut) != alone:  # one replacement from the first to the last change
+            start, shortest = 0, min(len(old), len(alone))
+            while start < shortest and old[start] == alone[start]:
+                start += 1
+            tail = 0
+            while tail < shortest - start and old[-1 - tail] == alone[-1 - tail]:
+                tail += 1
+            cut = (TextEdit(start, len(old) - tail, alone[start : len(alone) - tail]),)
         checked[index] = cut
     return checked
 

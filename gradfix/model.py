@@ -104,6 +104,15 @@ class TextEdit:
     new: str
 
 
+def apply_text_edits(text: str, edits) -> str:
+    """``text`` with non-overlapping :class:`TextEdit` replacements applied."""
+    out, at = [], 0
+    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
+        out += [text[at : edit.start], edit.new]
+        at = edit.end
+    return "".join(out) + text[at:]
+
+
 @dataclass
 class FixOutcome:
     """A finding and whether its fix went into the new source.

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from gradfix.diff import unified_diff
 from gradfix.engine import Job, decode_source, fix_findings
-from gradfix.model import FileResult, TextEdit
+from gradfix.model import FileResult, apply_text_edits
 from gradfix.report import print_diff
 from gradfix.writer import WriteError, write_atomic
 
@@ -90,7 +90,7 @@ def _ask_file(result: FileResult, console: Console, read: Callable[[], str], dec
         console.print(
             Text(f"\n{result.path}:{finding.span.line}:{finding.span.col + 1}: {finding.code} ({finding.fix.value} fix) {finding.message}")
         )
-        print_diff(console, unified_diff(text.encode("utf-8"), _applied(text, outcome.edit).encode("utf-8"), result.path))
+        print_diff(console, unified_diff(text.encode("utf-8"), apply_text_edits(text, outcome.edit).encode("utf-8"), result.path))
         answer = ask(console, read)
         if answer == "q":
             return chosen, True
@@ -99,14 +99,6 @@ def _ask_file(result: FileResult, console: Console, read: Callable[[], str], dec
         if answer in ("y", "a"):
             chosen[index] = finding
     return chosen, False
-
-
-def _applied(text: str, edits: Sequence[TextEdit]) -> str:
-    out, at = [], 0
-    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
-        out += [text[at : edit.start], edit.new]
-        at = edit.end
-    return "".join(out) + text[at:]
 
 
 def _write_chosen(result: FileResult, job: Job, chosen: list, errors: list[str], written: list[str]) -> None:

@@ -13,7 +13,8 @@ from gradfix import diff as gdiff
 from gradfix.engine import Job, check, decode_source, finding_edits, fix_findings, process_source
 from gradfix.fixer import _overlaps, _Taken
 from gradfix.model import Settings, Span, TextEdit
-from gradfix.review import _applied, review
+from gradfix.model import apply_text_edits as _applied
+from gradfix.review import review
 from gradfix.rules import all_rules
 from gradfix.sarif import sarif_report
 
