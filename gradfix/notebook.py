@@ -36,6 +36,7 @@ from gradfix.model import FileResult, FixOutcome, Span
 
 # Cell magics whose body is Python (the rest, %%bash, %%html, %%writefile, ... are skipped).
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
+_FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[ \t]+[\w \t,]+(?:#.*)?$")
 _LINE_MAGIC = re.compile(r"^[ \t]*(?:[%!]|[A-Za-z_][\w.]*[ \t]*=[ \t]*[%!])|^[ \t]*[^#\s].*\?[ \t]*$")
 
 
@@ -191,9 +192,12 @@ class Analysed:
 def mask_cell(source: str, nonce: str, index: int) -> Analysed | str:
     """The cell's code with IPython syntax masked, or the reason it is skipped."""
     code = source if source.endswith("\n") else source + "\n"
-    if _parses(code) is None:
-        return Analysed(code)
     lines = code.splitlines(keepends=True)
+    # Each cell runs on its own, so `from __future__ import ...` may open any cell; joined
+    # into one module it would not compile: mask it too (a no-op for the rules).
+    futures = [n for n, line in enumerate(lines) if _FUTURE.match(line)]
+    if not futures and _parses(code) is None:
+        return Analysed(code)
     masks: dict[str, str] = {}
 
     def mask(number: int) -> None:
@@ -209,6 +213,8 @@ def mask_cell(source: str, nonce: str, index: int) -> Analysed | str:
         if name not in PYTHON_CELL_MAGICS:
             return f"cell magic %%{name} (not Python)"
         mask(0)
+    for number in futures:
+        mask(number)
     for number in range(len(lines)):
         if lines[number].rstrip("\r\n") not in masks and _LINE_MAGIC.match(lines[number].rstrip("\r\n")):
             mask(number)

@@ -319,3 +319,20 @@ def test_line_numbers_in_messages_are_cell_lines(tmp_path, capsys, monkeypatch):
     code, out, err = run_cli(["--select", "GF201", "t.ipynb"], capsys, monkeypatch, tmp_path)
     assert "t.ipynb:cell 2:2:5: GF201" in out, out + err
     assert "(line 4)" in out, out
+
+
+def test_a_future_import_opening_a_later_cell_does_not_block_the_fixes(tmp_path, capsys, monkeypatch):
+    # Legal in a notebook (each cell runs alone); joined into one module it would not compile,
+    # and every fix of the notebook was dropped as "does not compile".
+    cells = [
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": "import torch\nfrom torch.autograd import Variable\n"},
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": "from __future__ import print_function\nx = Variable(torch.zeros(3))\n"},
+    ]
+    path = tmp_path / "f.ipynb"
+    write_notebook(path, cells)
+    code, _, err = run_cli(["--apply", "f.ipynb"], capsys, monkeypatch, tmp_path)
+    sources = [c["source"] for c in json.loads(path.read_text())["cells"]]
+    assert sources[1] == "from __future__ import print_function\nx = torch.zeros(3)\n", err
+    assert "Variable" not in sources[0] and code == 0
