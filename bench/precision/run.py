@@ -69,7 +69,8 @@ def head_commit(path: Path) -> str:
 
 def gradfix(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gradfix", "check", "-j", "1", *args],
+        # --no-cache: never leave a .gradfix_cache/ next to (or inside) the corpus checkouts
+        [sys.executable, "-m", "gradfix", "check", "-j", "1", "--no-cache", *args],
         cwd=cwd, capture_output=True, text=True, check=False,
     )
 
