@@ -13,10 +13,24 @@ def test_with_uncalled_grad_context_raises_type_error(name):
             pass
 
 
-@pytest.mark.parametrize("name", ["no_grad", "enable_grad", "inference_mode"])
-def test_called_grad_context_works(name):
-    with getattr(torch, name)():
-        pass
+@pytest.mark.parametrize(
+    "name, grad_inside, inference_inside",
+    [("no_grad", False, False), ("enable_grad", True, False), ("inference_mode", False, True)],
+)
+@pytest.mark.parametrize("grad_before", [True, False])
+def test_called_grad_context_works(name, grad_inside, inference_inside, grad_before):
+    """The called form (GF101's rewrite) sets the mode inside and restores it after."""
+    x = torch.ones(2, requires_grad=True)
+    with torch.set_grad_enabled(grad_before):
+        assert torch.is_grad_enabled() is grad_before
+        with getattr(torch, name)():
+            assert torch.is_grad_enabled() is grad_inside
+            assert torch.is_inference_mode_enabled() is inference_inside
+            y = x * 2
+        assert torch.is_grad_enabled() is grad_before
+        assert torch.is_inference_mode_enabled() is False
+    assert (y.grad_fn is not None) is grad_inside
+    assert torch.is_inference(y) is inference_inside
 
 
 def test_bare_decorators_work_so_gf101_ignores_them():

@@ -120,4 +120,8 @@ def test_enable_grad_inside_no_grad_records_a_graph():
     with torch.no_grad():
         with torch.enable_grad():
             out = (w * 2).sum()
-    torch.autograd.grad(out, w)
+        assert not torch.is_grad_enabled()  # back to the outer no_grad
+    assert torch.is_grad_enabled()
+    assert out.requires_grad and out.grad_fn is not None
+    (grad,) = torch.autograd.grad(out, w)
+    assert torch.equal(grad, torch.full((3,), 2.0))
