@@ -506,9 +506,12 @@ def _children(node: ast.AST) -> list[ast.AST]:
 
 
 def _inside_function_scope(func: FunctionNode, child: ast.AST) -> bool:
+    # Only the body: the parameters' defaults and annotations (``func.args``) are evaluated in
+    # the enclosing scope, where the function is defined; the parameter names themselves are
+    # added to the function's scope directly.
     if isinstance(func, ast.Lambda):
-        return child is func.body or child is func.args
-    return child in func.body or child is func.args
+        return child is func.body
+    return child in func.body
 
 
 def _own_statements(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:

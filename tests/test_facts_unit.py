@@ -497,13 +497,6 @@ def test_decorators_belong_to_the_enclosing_scope():
     assert f.enclosing_function(outer) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="facts.py bug: _inside_function_scope puts the whole ast.arguments node (defaults, "
-    "annotations) in the function's own scope, though the comment in _collect says they run in "
-    "the enclosing scope; so a default is attributed to the inner function and a parameter "
-    "named torch shadows the module in its own default",
-)
 def test_defaults_belong_to_the_enclosing_scope():
     f = facts(
         """
