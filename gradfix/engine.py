@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gradfix import formfeed
 from gradfix.facts import build_facts
-from gradfix.hints import syntax_hint, unknown_suppression_codes
+from gradfix.hints import suppression_problems, syntax_hint, unknown_suppression_codes
 from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
 from gradfix.rule import Rule
 from gradfix.rules import all_rules
@@ -364,6 +364,9 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return FixRun(stable.source, stable.first_pass, stable.notes)
 
     try:
-        return process_notebook(source, job.display, check_cells, fix_cells, want_fixes)
+        known = tuple(r.code for r in all_rules())
+        return process_notebook(
+            source, job.display, check_cells, fix_cells, want_fixes, lambda text: suppression_problems(text, known)
+        )
     except SourceError as exc:
         return FileResult(job.display, old_source=source, error=f"{exc.line}:{exc.col}: {exc.message}", error_kind="syntax")

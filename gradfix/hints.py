@@ -30,6 +30,11 @@ def unknown_suppression_codes(source: bytes | str, known: tuple[str, ...]) -> li
     ``# gradfix: ignore[...]`` codes must each be a code or prefix of a rule; in
     ``# noqa: ...`` only ``GF`` codes are gradfix's (the others belong to other linters).
     """
+    return [f"line {number}: {message}" for number, message in suppression_problems(source, known)]
+
+
+def suppression_problems(source: bytes | str, known: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, message) for each suppression comment that suppresses nothing (see above)."""
     text = source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
     if "gradfix" not in text and "noqa" not in text and "NOQA" not in text:
         return []
@@ -42,8 +47,8 @@ def unknown_suppression_codes(source: bytes | str, known: tuple[str, ...]) -> li
             if match is None:
                 continue
             if not match["codes"].strip():
-                notes.append(f"line {number}: `{match[0].strip()}` names no rule code: it suppresses nothing")
+                notes.append((number, f"`{match[0].strip()}` names no rule code: it suppresses nothing"))
             for code in filter(None, re.split(r"[\s,]+", match["codes"].strip().upper())):
                 if ours(code) and not any(k.startswith(code) for k in known):
-                    notes.append(f"line {number}: unknown rule code {code} in `{match[0].strip()}`: it suppresses nothing")
+                    notes.append((number, f"unknown rule code {code} in `{match[0].strip()}`: it suppresses nothing"))
     return notes

@@ -350,11 +350,12 @@ def _cell_lines(message: str, module: VirtualModule, cell: int) -> str:
     return _LINE_REF.sub(swap, message)
 
 
-def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool) -> FileResult:
+def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool, problems=None) -> FileResult:
     """Check (and fix) one notebook.
 
-    ``check(source) -> findings`` and ``fix_virtual(source, findings) -> FixRun | None`` are the
-    engine's, passed in so this module stays a pure adapter.
+    ``check(source) -> findings``, ``fix_virtual(source, findings) -> FixRun | None`` and
+    ``problems(source) -> [(line, message)]`` (notes about the code, e.g. suppression comments
+    that suppress nothing) are the engine's, passed in so this module stays a pure adapter.
     """
     result = FileResult(path, old_source=raw)
     try:
@@ -371,6 +372,10 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
     if not module.text:
         return result
     findings = check(module.text)
+    for number, message in problems(module.text) if problems else ():
+        where = module.locate(number)
+        if where is not None:
+            result.notes.append(f"cell {where[0] + 1}, line {where[1]}: {message}")
     mapped = []  # aligned with ``findings``: the fixer reports applied fixes by index
     for finding in findings:
         start = module.locate(finding.span.line)

@@ -336,3 +336,14 @@ def test_a_future_import_opening_a_later_cell_does_not_block_the_fixes(tmp_path,
     sources = [c["source"] for c in json.loads(path.read_text())["cells"]]
     assert sources[1] == "from __future__ import print_function\nx = torch.zeros(3)\n", err
     assert "Variable" not in sources[0] and code == 0
+
+
+def test_an_unknown_code_in_a_cells_suppression_comment_is_said(tmp_path, capsys, monkeypatch):
+    cells = [
+        {"cell_type": "markdown", "metadata": {}, "source": "# title"},
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": "import torch\nx = torch.ones(1)  # gradfix: ignore[GF999]\n"},
+    ]
+    write_notebook(tmp_path / "u.ipynb", cells)
+    code, _, err = run_cli(["u.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "cell 2, line 2: unknown rule code GF999" in err and code == 0
