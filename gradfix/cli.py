@@ -272,7 +272,11 @@ def check_command(
             raise typer.Exit(2)
         _err("no Python files found" if not (shard or changed_since) else "no files to check in this selection")
     elif not quiet:
-        for warning in _inert_extend_select(jobs_list[0].settings, cli.extend_select):
+        # Command line and config alike: each folder's settings once, each warning once.
+        warnings = {}
+        for settings in {id(job.settings): job.settings for job in jobs_list}.values():
+            warnings.update(dict.fromkeys(_inert_extend_select(settings, settings.extend_select)))
+        for warning in warnings:
             _err(warning)
     jobs_list = with_project_index(jobs_list)
     if verify_cmd is not None:
@@ -351,7 +355,7 @@ def _process_stdin(job: Job, want_fixes: bool) -> FileResult:
 
 
 def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[str]:
-    """A warning for each ``--extend-select`` pattern that turns on no rule."""
+    """A warning for each ``extend-select`` pattern (command line or config) that turns on no rule."""
     from dataclasses import replace
 
     from gradfix.engine import selected_rules
@@ -376,7 +380,7 @@ def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[
             reasons.append(f"off-by-default {', '.join(off)} need{'s' * (len(off) == 1)} the full code (--extend-select {off[0]})")
         if ignored:
             reasons.append(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored")
-        warnings.append(f"--extend-select {pattern} enables no rule: {'; '.join(reasons)}")
+        warnings.append(f"extend-select {pattern} enables no rule: {'; '.join(reasons)}")
     return warnings
 
 

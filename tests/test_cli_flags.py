@@ -203,9 +203,17 @@ def test_explain_names_the_article_and_points_to_the_source_repository():
 def test_extend_select_that_enables_nothing_warns(tree):
     (tree / "a.py").write_text(BUGGY)
     result = run("--extend-select", "GF3", "a.py")
-    assert "--extend-select GF3 enables no rule" in result.stderr and "GF301" in result.stderr
+    assert "extend-select GF3 enables no rule" in result.stderr and "GF301" in result.stderr
     full = run("--extend-select", "GF301", "a.py")
     assert "enables no rule" not in full.stderr
+
+
+def test_extend_select_in_the_config_that_enables_nothing_warns_once(tree):
+    (tree / "pyproject.toml").write_text('[tool.gradfix]\nextend-select = ["GF3"]\n')
+    (tree / "a.py").write_text(BUGGY)
+    (tree / "b.py").write_text(BUGGY)
+    result = run("a.py", "b.py")
+    assert result.stderr.count("extend-select GF3 enables no rule") == 1, result.stderr
 
 
 def test_unknown_code_in_a_suppression_comment_warns(tree):
