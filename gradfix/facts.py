@@ -527,6 +527,18 @@ def _own_statements(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
             yield from _own_statements(case.body)
 
 
+def bound_names(target: ast.AST) -> list[str]:
+    """Variables a target binds (tuples unpacked); ``a.b`` / ``a[i]`` bind none: they mutate
+    an object. Unlike :func:`target_names`, where ``a.b = v`` makes ``a`` depend on ``v``."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in bound_names(e)]
+    if isinstance(target, ast.Starred):
+        return bound_names(target.value)
+    return []
+
+
 def target_names(target: ast.AST) -> list[str]:
     """Names bound by an assignment target (tuples unpacked; ``a.b``/``a[i]`` bind ``a``)."""
     if isinstance(target, ast.Name):

@@ -13,6 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from gradfix.analysis.statements import torch_reachable
+from gradfix.facts import bound_names
 
 HELPER_NAME = "_with_grad"
 # Calls that inspect or depend on the calling frame: moving them into a helper changes them.
@@ -33,7 +34,7 @@ class _Scan:
         if isinstance(node, _COMPREHENSIONS + (ast.GeneratorExp,)):
             inner = set(shadowed)
             for gen in node.generators:
-                inner.update(_target_names(gen.target))
+                inner.update(bound_names(gen.target))
             for n, gen in enumerate(node.generators):
                 self.visit(gen.iter, shadowed if n == 0 else frozenset(inner))
                 for cond in gen.ifs:
@@ -47,7 +48,7 @@ class _Scan:
                 (self.loads if isinstance(node.ctx, ast.Load) else self.binds).append((node.id, node.lineno))
             return
         if isinstance(node, ast.NamedExpr):
-            self.binds.extend((n, node.lineno) for n in _target_names(node.target))
+            self.binds.extend((n, node.lineno) for n in bound_names(node.target))
             self.visit(node.value, shadowed)
             return
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
@@ -68,20 +69,6 @@ class _Scan:
             return
         for child in ast.iter_child_nodes(node):
             self.visit(child, shadowed)
-
-
-def _target_names(target: ast.AST) -> list[str]:
-    """Names a target binds (``a.b`` / ``a[i]`` bind nothing: they mutate an object).
-
-    Unlike ``facts.target_names`` (where ``a.b = v`` makes ``a`` depend on ``v``), a mutation
-    needs no return value: the helper mutates the same object."""
-    if isinstance(target, ast.Name):
-        return [target.id]
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [n for e in target.elts for n in _target_names(e)]
-    if isinstance(target, ast.Starred):
-        return _target_names(target.value)
-    return []
 
 
 def _scan(nodes) -> _Scan:
@@ -112,7 +99,7 @@ class _Flow:
                 bound |= self.block(s.body, bound) & self.block(s.orelse, bound)
             elif isinstance(s, (ast.For, ast.AsyncFor)):
                 self.read(s.iter, bound)
-                self.block(s.body, bound | set(_target_names(s.target)))
+                self.block(s.body, bound | set(bound_names(s.target)))
                 self.block(s.orelse, bound)
             elif isinstance(s, ast.While):
                 self.read(s.test, bound)
@@ -123,7 +110,7 @@ class _Flow:
                     self.read(item.context_expr, bound)
                     if item.optional_vars is not None:
                         self.read(item.optional_vars, bound)
-                        bound |= set(_target_names(item.optional_vars))
+                        bound |= set(bound_names(item.optional_vars))
                 bound = self.block(s.body, bound)
             elif isinstance(s, (ast.Try, getattr(ast, "TryStar", ast.Try))):
                 after_body = self.block(s.body, bound)
@@ -140,7 +127,7 @@ class _Flow:
 
 def _definite_binds(stmt: ast.stmt) -> set[str]:
     if isinstance(stmt, ast.Assign):
-        return {n for t in stmt.targets for n in _target_names(t)}
+        return {n for t in stmt.targets for n in bound_names(t)}
     if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
         return {stmt.target.id} if not isinstance(stmt, ast.AnnAssign) or stmt.value is not None else set()
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -166,7 +153,7 @@ def unsafe_to_extract(stmts: list[ast.stmt]) -> str | None:
             return "they declare `global`/`nonlocal` names"
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)):
             return "they define a function, class or generator that could capture the helper's variables"
-        if isinstance(node, ast.Delete) and any(_target_names(t) for t in node.targets):
+        if isinstance(node, ast.Delete) and any(bound_names(t) for t in node.targets):
             return "they `del` a variable"
         if isinstance(node, ast.Match):
             return "they use `match`"

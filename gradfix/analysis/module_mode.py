@@ -30,7 +30,7 @@ from gradfix.analysis.vocabulary import (
     owner_class,
     steps_optimizer,
 )
-from gradfix.facts import FileFacts, GradRegion, dotted_name, literal_bool
+from gradfix.facts import FileFacts, GradRegion, bound_names, dotted_name, literal_bool
 
 
 def own_calls(facts: FileFacts, scope) -> list[ast.Call]:
@@ -232,16 +232,6 @@ def mode_api(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     return False
 
 
-def _bound_names(target: ast.AST) -> set[str]:
-    if isinstance(target, ast.Name):
-        return {target.id}
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return set().union(*map(_bound_names, target.elts)) if target.elts else set()
-    if isinstance(target, ast.Starred):
-        return _bound_names(target.value)
-    return set()
-
-
 def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
@@ -257,7 +247,7 @@ def _feeds_training(facts: FileFacts, func) -> bool:
         stmt = facts.parents.get(call)
         if not isinstance(stmt, ast.Assign) or stmt.value is not call:
             continue
-        produced = set().union(*map(_bound_names, stmt.targets))
+        produced = {n for t in stmt.targets for n in bound_names(t)}
         if not produced:
             continue
         scope = facts.function_of.get(call)
@@ -400,7 +390,7 @@ def _decoding_loop(facts: FileFacts, func, call: ast.Call) -> bool:
         return False
     stmt = facts.parents.get(call)
     if isinstance(stmt, ast.Assign) and stmt.value is call:
-        produced = set().union(*map(_bound_names, stmt.targets))
+        produced = {n for t in stmt.targets for n in bound_names(t)}
     else:
         return False
     inputs = set().union(set(), *(_names_in(a) for a in [*call.args, *(k.value for k in call.keywords)]))
@@ -411,7 +401,7 @@ def _decoding_loop(facts: FileFacts, func, call: ast.Call) -> bool:
     items: set[str] = set()
     for loop in loops:
         if isinstance(loop, (ast.For, ast.AsyncFor)):
-            items |= _bound_names(loop.target)
+            items |= set(bound_names(loop.target))
     items -= produced
     return not any(i in items or facts.flows_into(func, items, i) for i in inputs)
 

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from gradfix.facts import dotted_name
+
 SENSITIVE, FREE, UNKNOWN = "sensitive", "free", "unknown"
 
 # torch.nn layers that compute the same thing in train and eval mode (pinned in
@@ -146,19 +148,8 @@ def module_level_names(tree: ast.Module, module: str) -> dict[str, str]:
     return names
 
 
-def dotted(expr: ast.AST) -> str | None:
-    parts = []
-    while isinstance(expr, ast.Attribute):
-        parts.append(expr.attr)
-        expr = expr.value
-    if not isinstance(expr, ast.Name):
-        return None
-    parts.append(expr.id)
-    return ".".join(reversed(parts))
-
-
 def qualify(names: dict[str, str], expr: ast.AST) -> str | None:
-    name = dotted(expr)
+    name = dotted_name(expr)
     if name is None:
         return None
     head, _, rest = name.partition(".")
@@ -378,7 +369,7 @@ class Sensitivity:
             return FREE  # super().__init__(...)
         qual = qualify(names, func)
         if qual is None:
-            if isinstance(func, ast.Attribute) and (dotted(func) is None or func.attr in _PLAIN_METHODS):
+            if isinstance(func, ast.Attribute) and (dotted_name(func) is None or func.attr in _PLAIN_METHODS):
                 return FREE  # `torch.zeros(3).uniform_()`, `layers.append(...)`, `cfg.get(...)`
             return UNKNOWN  # `act_layer()`, `builder.build(cfg)`: could build anything
         if qual.startswith("torch.") and not qual.startswith("torch.nn.") or qual.startswith("torch.nn.init") or qual.startswith("torch.nn.functional"):

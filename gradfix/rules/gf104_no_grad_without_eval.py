@@ -10,7 +10,6 @@ from gradfix.lazy import cst
 from gradfix.analysis.gradflow import short_code
 from gradfix.analysis.insertion import body_start, insert_before, statement_at, unused_name
 from gradfix.analysis.module_mode import (
-    _bound_names,
     forward_target,
     is_descendant,
     mode_set_before,
@@ -25,7 +24,7 @@ from gradfix.analysis.module_mode import (
 )
 from gradfix.analysis.project import FREE
 from gradfix.analysis.vocabulary import FUNCTIONS, is_training_scope
-from gradfix.facts import FileFacts, GradRegion
+from gradfix.facts import FileFacts, GradRegion, bound_names
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
 
@@ -500,13 +499,11 @@ def _bound_from(facts: FileFacts, func, modules: list[str], target: ast.stmt) ->
             continue
         bound = set()
         if isinstance(stmt, ast.Assign):
-            bound = set().union(*map(_bound_names, stmt.targets))
-        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
-            bound = _bound_names(stmt.target)
-        elif isinstance(stmt, (ast.For, ast.AsyncFor)):
-            bound = _bound_names(stmt.target)
+            bound = {n for t in stmt.targets for n in bound_names(t)}
+        elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor)):
+            bound = set(bound_names(stmt.target))
         elif isinstance(stmt, (ast.With, ast.AsyncWith)):
-            bound = set().union(set(), *(_bound_names(i.optional_vars) for i in stmt.items if i.optional_vars))
+            bound = {n for i in stmt.items if i.optional_vars for n in bound_names(i.optional_vars)}
         hit = sorted(bound & roots)
         if hit:
             return hit[0]
