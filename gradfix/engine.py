@@ -11,6 +11,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from gradfix import formfeed
@@ -308,6 +309,11 @@ class Job:
     project: Any = None  # the run's ProjectIndex (gradfix/analysis/project.py), shared by every job
 
 
+@lru_cache(maxsize=None)
+def _known_codes() -> tuple[str, ...]:
+    return tuple(r.code for r in all_rules())
+
+
 def with_project_index(jobs: Sequence[Job]) -> list[Job]:
     """The jobs with one :class:`~gradfix.analysis.project.ProjectIndex` of their files (a
     read and a hash per file; files are parsed only when a rule asks about a class in them)."""
@@ -315,7 +321,8 @@ def with_project_index(jobs: Sequence[Job]) -> list[Job]:
 
     from gradfix.analysis.project import ProjectIndex
 
-    if not any(rule.uses_project for job in jobs for rule in selected_rules(job.settings)):
+    settings = {id(job.settings): job.settings for job in jobs}.values()  # one per folder config
+    if not any(rule.uses_project for one in settings for rule in selected_rules(one)):
         return list(jobs)
     index = ProjectIndex.build(job.path for job in jobs)
     return [replace(job, project=index) for job in jobs]
@@ -333,7 +340,7 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
         result.error, result.error_kind = f"{exc.line}:{exc.col}: {exc.message}", "syntax"
         return result
     result.findings = [FixOutcome(f) for f in findings]
-    result.notes.extend(unknown_suppression_codes(source, tuple(r.code for r in all_rules())))
+    result.notes.extend(unknown_suppression_codes(source, _known_codes()))
     own = {}
     if want_edits and any(f.fix is not None for f in findings):
         own = {id(findings[i]): e for i, e in finding_edits(source, findings, job.settings, job.display).items()}
@@ -364,9 +371,8 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
         return FixRun(stable.source, stable.first_pass, stable.notes)
 
     try:
-        known = tuple(r.code for r in all_rules())
         return process_notebook(
-            source, job.display, check_cells, fix_cells, want_fixes, lambda text: suppression_problems(text, known)
+            source, job.display, check_cells, fix_cells, want_fixes, lambda text: suppression_problems(text, _known_codes())
         )
     except SourceError as exc:
         return FileResult(job.display, old_source=source, error=f"{exc.line}:{exc.col}: {exc.message}", error_kind="syntax")
