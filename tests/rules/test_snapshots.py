@@ -2,7 +2,8 @@
 
 ``tests/rules/snapshots/<CODE>.txt`` holds, for each INVALID/VALID example of the rule and each
 ``tests/golden/<CODE>/*.in.py``, every finding as ``line:col-end_line:end_col CODE [fix] message``
-(columns 1-based, as the CLI prints them). The test compares strictly; after a deliberate change
+(columns 1-based, as the CLI prints them), with its fix title on the next line. Every run of the
+suite has its own hash seed, so a message or title that depends on set order fails here. The test compares strictly; after a deliberate change
 to a rule's positions or messages, regenerate with::
 
     GRADFIX_UPDATE_SNAPSHOTS=1 python -m pytest tests/rules/test_snapshots.py
@@ -24,11 +25,6 @@ from gradfix.rules import all_rules
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 GOLDEN = Path(__file__).parents[1] / "golden"
 UPDATE = os.environ.get("GRADFIX_UPDATE_SNAPSHOTS") == "1"
-# Rules whose messages change from one interpreter run to the next (found by this harness with
-# PYTHONHASHSEED=0..5). Not strict until the rule is fixed; remove the entry then.
-UNSTABLE = {
-    "GF103": "the names listed in the message come from a set: their order depends on the hash seed",
-}
 
 
 def _golden_settings(path: Path, code: str) -> Settings:
@@ -48,6 +44,8 @@ def _lines(findings) -> list[str]:
         s = f.span
         fix = f" [{f.fix.value}]" if f.fix is not None else ""
         out.append(f"{s.line}:{s.col + 1}-{s.end_line}:{s.end_col + 1} {f.code}{fix} {f.message}")
+        if f.fix_title:
+            out.append(f"    fix: {f.fix_title}")
     return out or ["(no findings)"]
 
 
@@ -66,8 +64,7 @@ def snapshot(rule) -> str:
 
 def _params():
     for rule in all_rules():
-        marks = [pytest.mark.xfail(reason=UNSTABLE[rule.code], strict=False)] if rule.code in UNSTABLE else []
-        yield pytest.param(rule, id=rule.code, marks=marks)
+        yield pytest.param(rule, id=rule.code)
 
 
 @pytest.mark.parametrize("rule", list(_params()))
