@@ -12,7 +12,6 @@ from gradfix.analysis.insertion import body_start, insert_before, statement_at, 
 from gradfix.analysis.module_mode import (
     forward_target,
     is_descendant,
-    mode_set_before,
     module_sensitivity,
     not_an_evaluation,
     outer_disabled_region,
@@ -20,6 +19,7 @@ from gradfix.analysis.module_mode import (
     related,
     same_object,
     switches,
+    train_mode_reaches,
     trained_evidence,
 )
 from gradfix.analysis.project import FREE
@@ -59,7 +59,7 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
         module, evidence = found
         if is_training_scope(facts, func) or not_an_evaluation(facts, func, call, module):
             continue
-        if mode_set_before(facts, func, (module, target), call):
+        if not train_mode_reaches(facts, func, (module, target), call):
             continue
         gap = gaps.get(func)
         if gap is None:

@@ -5,7 +5,19 @@ from __future__ import annotations
 import ast
 
 from gradfix import Settings, check
-from gradfix.analysis.module_mode import leaking_evals, module_sensitivity
+from gradfix.analysis.module_mode import (
+    ENTRY,
+    EVAL,
+    TRAIN,
+    TRAINED,
+    all_train_at,
+    evaluation_items,
+    leaking_evals,
+    leaves,
+    mode_items,
+    modes_at,
+    module_sensitivity,
+)
 from gradfix.analysis.project import FREE, SENSITIVE, UNKNOWN
 from gradfix.facts import build_facts
 
@@ -148,3 +160,141 @@ def test_a_mode_free_model_trained_after_eval_is_not_reported():
     assert check(SCRIPT_2017, settings=Settings(select=("GF105",))) == []
     with_dropout = SCRIPT_2017.replace("32, 2, batch_first=True", "32, 2, batch_first=True, dropout=0.5")
     assert [f.code for f in check(with_dropout, settings=Settings(select=("GF105",)))] == ["GF105"]
+
+
+# -- module-mode state along control flow (a join over the paths, not source order) ---------
+
+TRAIN_FN = """\
+import torch
+
+
+def train(model, loader, opt):
+    model.train()
+    for x in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+"""
+
+
+def _modes_at_last_forward(source: str, func_name: str = "ev"):
+    """The modes of `model` at the last `model(...)` call of ``func_name``, as an evaluation
+    sees them (GF104's question)."""
+    facts = build_facts(source)
+    func = next(f for f in facts.functions if f.name == func_name)
+    call = max(
+        (c for c in facts.calls_in(func) if isinstance(c.func, ast.Name) and c.func.id == "model"),
+        key=lambda c: (c.lineno, c.col_offset),
+    )
+    return modes_at(facts, func, call, evaluation_items(facts, func, {"model"}))
+
+
+def _gf104_lines(source: str) -> list[int]:
+    return [f.line for f in check(source, settings=Settings(select=("GF104",)))]
+
+
+def test_an_eval_in_one_branch_leaves_the_callers_mode_on_the_other_path():
+    source = TRAIN_FN + (
+        "def ev(model, x, fast):\n    if fast:\n        model.eval()\n"
+        "    with torch.no_grad():\n        return model(x)\n"
+    )
+    assert _modes_at_last_forward(source) == {ENTRY, EVAL}
+    assert _gf104_lines(source) == [15]  # in train mode on the path where `fast` is false
+
+
+def test_an_eval_in_both_branches_is_eval_on_every_path():
+    source = TRAIN_FN + (
+        "def ev(model, x, fast):\n    if fast:\n        model.eval()\n    else:\n        model.train(False)\n"
+        "    with torch.no_grad():\n        return model(x)\n"
+    )
+    assert _modes_at_last_forward(source) == {EVAL}
+    assert _gf104_lines(source) == []
+
+
+def test_an_early_return_ends_its_path():
+    source = TRAIN_FN + (
+        "def ev(model, x, ready):\n    if not ready:\n        model.eval()\n    else:\n        return None\n"
+        "    with torch.no_grad():\n        return model(x)\n"
+    )
+    assert _modes_at_last_forward(source) == {EVAL}
+    raised = source.replace("return None", "raise ValueError(x)")
+    assert _modes_at_last_forward(raised) == {EVAL}
+
+
+def test_finally_runs_on_every_way_out_and_a_handler_may_start_before_the_switch():
+    source = TRAIN_FN + (
+        "def ev(model, x):\n    try:\n        model.eval()\n        with torch.no_grad():\n            y = model(x)\n"
+        "    finally:\n        model.train()\n    with torch.no_grad():\n        return y, model(x)\n"
+    )
+    assert _modes_at_last_forward(source) == {TRAIN}
+    handler = TRAIN_FN + (
+        "def ev(model, x):\n    try:\n        load(model)\n        model.eval()\n    except OSError:\n        pass\n"
+        "    with torch.no_grad():\n        return model(x)\n"
+    )
+    assert _modes_at_last_forward(handler) == {ENTRY, EVAL}
+    assert _gf104_lines(handler) == [18]
+
+
+def test_a_switch_at_the_end_of_a_loop_body_reaches_the_next_iteration():
+    source = TRAIN_FN + (
+        "def ev(model, xs):\n    for x in xs:\n        with torch.no_grad():\n            print(model(x))\n"
+        "        model.eval()\n"
+    )
+    assert _modes_at_last_forward(source) == {ENTRY, EVAL}  # the first iteration runs in the caller's mode
+    assert _gf104_lines(source) == [14]
+    facts = build_facts(
+        "def fit(model, loader, opt):\n    model.train()\n    for epoch in range(3):\n        for x in loader:\n"
+        "            model(x).sum().backward()\n            opt.step()\n        model.eval()\n        score(model)\n"
+        "        model.train()\n"
+    )
+    fit = facts.functions[0]
+    use = next(c for c in facts.calls_in(fit) if isinstance(c.func, ast.Name) and c.func.id == "model")
+    items = mode_items(facts, fit, {"model"})
+    assert modes_at(facts, fit, use, items) == {TRAIN}
+    assert all_train_at(facts, fit, [use], items, entry_train=False)
+
+
+def test_continue_and_break_carry_their_state_out_of_the_loop():
+    skip = TRAIN_FN + (
+        "def ev(model, xs, y):\n    for x in xs:\n        if x is None:\n            continue\n        model.eval()\n"
+        "    with torch.no_grad():\n        return model(y)\n"
+    )
+    assert _modes_at_last_forward(skip) == {ENTRY, EVAL}
+    early = TRAIN_FN + (
+        "def ev(model, xs, y):\n    while True:\n        if xs:\n            break\n        model.eval()\n"
+        "    with torch.no_grad():\n        return model(y)\n"
+    )
+    assert _modes_at_last_forward(early) == {ENTRY, EVAL}
+    late = early.replace("        if xs:\n            break\n        model.eval()\n", "        model.eval()\n        if xs:\n            break\n")
+    assert _modes_at_last_forward(late) == {EVAL}  # `while True` is left by its break only
+    assert _gf104_lines(late) == []
+
+
+def test_a_with_block_body_runs_once_and_a_binding_sets_the_mode():
+    source = TRAIN_FN + (
+        "def ev(model, x):\n    with open('log') as log:\n        model.eval()\n"
+        "    with torch.no_grad():\n        return model(x)\n"
+    )
+    assert _modes_at_last_forward(source) == {EVAL}
+    rebuilt = source.replace("        model.eval()\n", "        model.eval()\n    model = Net()\n")
+    assert _modes_at_last_forward(rebuilt) == {TRAINED}  # a new module, in train mode
+    moved = source.replace("        model.eval()\n", "        model.eval()\n    model = model.to('cpu')\n")
+    assert _modes_at_last_forward(moved) == {EVAL}  # the same module
+
+
+def test_a_helpers_summary_is_what_its_own_control_flow_leaves():
+    source = TRAIN_FN + (
+        "def prepare(model, fast):\n    if fast:\n        model.eval()\n\n"
+        "def restore(model):\n    was = model.training\n    model.eval()\n    log(model)\n    model.train(was)\n\n"
+        "def ev(model, x, fast):\n    prepare(model, fast)\n    with torch.no_grad():\n        return model(x)\n"
+    )
+    facts = build_facts(source)
+    named = {f.name: f for f in facts.functions}
+    assert leaves(facts, named["prepare"], {"model"}) == {ENTRY, EVAL}
+    assert leaves(facts, named["restore"], {"model"}) == {ENTRY}  # `.train(was)` hands the mode back
+    assert leaves(facts, named["train"], {"model"}) == {TRAINED}
+    assert _modes_at_last_forward(source) == {ENTRY, EVAL}
+    assert _gf104_lines(source) == [24]
+    both = source.replace("    if fast:\n        model.eval()\n", "    model.eval()\n")
+    assert _gf104_lines(both) == []
