@@ -67,8 +67,9 @@ RECALIBRATION = re.compile(r"(^|_)(bn|batch_?norm|calib\w*|recalib\w*|swa)(_|$)"
 EVALISH = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|val|valid|test|infer|inference|predict)", re.I)
 
 
-# GAN generators sample in training mode on purpose (pix2pix keeps dropout as noise; with
-# instance norm tracking running stats, `.eval()` makes the images worse): not evaluation.
+# GAN generators are often sampled in training mode on purpose (pix2pix keeps dropout as noise;
+# StarGAN's instance norm gives other images with its running statistics): see
+# :func:`sampled_in_train_mode_by_convention`.
 GENERATOR = re.compile(r"^(G|G_?[A-Z0-9]\w*|G_\w+|netG\w*|net_?[gG]|g_ema|gen|gen_\w+|\w*[gG]enerator\w*)$")
 
 
@@ -188,7 +189,7 @@ def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     """Dotted names the file trains or switches, each with the nodes that show it.
 
     Evidence: `.train()` on the name, or a training scope (`.backward()`/optimizer step) that
-    calls it. The nodes let callers tell `self.model` of one class from another's.
+    calls it with grad enabled. The nodes let callers tell `self.model` of one class from another's.
     """
     return facts.memo(("module_mode.trained_evidence",), lambda: _trained_evidence(facts))
 
@@ -210,6 +211,8 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
             name = dotted_name(call.func)
             if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
                 continue
+            if facts.grad_mode_at(call) == "disabled":
+                continue  # a training scope's samples or frozen teacher: not what it trains
             if name.endswith(".forward"):
                 name = name[: -len(".forward")]
             if trains_here and not any(related(t, name) for t in trains_here):
@@ -222,12 +225,16 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
 
 def mode_api(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     """The class of ``func`` has its own `train`/`eval` methods that switch the module: its
-    users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods."""
+    users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods.
+    A `train` method that is a training loop itself (`.backward()`, an optimizer step) is no
+    mode setter."""
     cls = owner_class(facts, func)
     if cls is None:
         return False
     for method in cls.body:
         if isinstance(method, FUNCTIONS) and method.name in ("train", "eval"):
+            if calls_backward(facts, method) or steps_optimizer(facts, method):
+                continue
             if any(any(related(s.receiver, n) for n in names) for s in own_switches(facts, method)):
                 return True
     return False
@@ -655,21 +662,28 @@ def all_train_at(facts, scope, uses, items, entry_train) -> bool:
 
 def not_an_evaluation(facts: FileFacts, func, call: ast.Call, module: str) -> bool:
     """Running ``module`` under no_grad here is not an evaluation whose mode this function
-    owns: batch-norm recalibration, RL acting, a GAN generator sampled (in train mode on
-    purpose), a result that feeds training, autoregressive sampling, a discarded warm-up
-    forward, a submodule of an nn.Module, a class with its own train()/eval() for it."""
+    owns: batch-norm recalibration, RL acting, a result that feeds training, autoregressive
+    sampling, a discarded warm-up forward, a submodule of an nn.Module."""
     from gradfix.analysis.vocabulary import acts_in_environment, caller_owns_mode
 
     return (
         caller_owns_mode(facts, func)
         or bool(RECALIBRATION.search(func.name))
-        or bool(GENERATOR.match(module.rsplit(".", 1)[-1]))
         or acts_in_environment(facts, func)
         or _feeds_training(facts, func)
         or _decoding_loop(facts, func, call)
         or _output_discarded(facts, call)
         or _submodule_of_module(facts, func, module)
     )
+
+
+def sampled_in_train_mode_by_convention(facts: FileFacts, module: str) -> bool:
+    """``module`` is named as a GAN generator (`G`, `netG`, `generator`, `g_ema`) and the file
+    never switches it to eval mode: sampling in train mode may be the author's intent (batch
+    statistics, dropout as noise), so a finding about it cannot say which mode is right."""
+    if not GENERATOR.match(module.rsplit(".", 1)[-1]):
+        return False
+    return not any(s.mode == "eval" and related(s.receiver, module) for s in switches(facts))
 
 
 def train_mode_reaches(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:

@@ -298,3 +298,71 @@ def test_a_helpers_summary_is_what_its_own_control_flow_leaves():
     assert _gf104_lines(source) == [24]
     both = source.replace("    if fast:\n        model.eval()\n", "    model.eval()\n")
     assert _gf104_lines(both) == []
+
+
+# -- a GAN generator sampled in train mode (the StarGAN shape, own fixture) -----------------
+
+GAN_MODELS = """\
+import torch.nn as nn
+
+
+class Generator(nn.Module):
+    def __init__(self, dim=8):
+        super().__init__()
+        self.main = nn.Sequential(
+            nn.Conv2d(3, dim, 3), nn.InstanceNorm2d(dim, affine=True, track_running_stats=True), nn.ReLU()
+        )
+
+    def forward(self, x):
+        return self.main(x)
+"""
+
+GAN_SOLVER = """\
+import torch
+from gan.models import Generator
+
+
+class Solver:
+    def build(self):
+        self.G = Generator()
+        self.g_opt = torch.optim.Adam(self.G.parameters())
+
+    def train(self, loader):
+        for x in loader:
+            fake = self.G(x)
+            self.g_opt.zero_grad()
+            fake.mean().backward()
+            self.g_opt.step()
+
+    def test(self, loader):
+        with torch.no_grad():
+            return [self.G(x) for x in loader]
+"""
+
+
+def _gan_findings(root, solver: str):
+    from gradfix.analysis.project import ProjectIndex
+
+    pkg = root / "gan"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models.py").write_text(GAN_MODELS)
+    (pkg / "solver.py").write_text(solver)
+    index = ProjectIndex.build([str(p) for p in root.rglob("*.py")])
+    path = pkg / "solver.py"
+    return check(path.read_bytes(), str(path), Settings(select=("GF104",)), project=index)
+
+
+def test_a_generator_trained_here_and_sampled_without_eval_is_reported_without_a_fix(tmp_path):
+    """yunjey/stargan `test()` (precision-fp.md, GF104 recall): G holds instance norm with
+    running statistics (mode-sensitive, in another file), is trained by `train()` of the same
+    class, and is sampled under `no_grad` with no `.eval()` anywhere. It does run in train
+    mode, so GF104 says so; whether train-mode sampling is intended only the author knows
+    (StarGAN samples that way everywhere): no fix."""
+    (finding,) = _gan_findings(tmp_path / "a", GAN_SOLVER)
+    assert finding.line == 19 and finding.fix is None
+    assert "`self.G`" in finding.message and "GAN generator" in finding.message
+    # The file switches G to eval elsewhere: the convention is not in play, the usual fix is offered.
+    switched = GAN_SOLVER + "\n    def show(self, x):\n        self.G.eval()\n        return self.G(x)\n"
+    (finding,) = _gan_findings(tmp_path / "b", switched)
+    assert finding.line == 19 and finding.fix is not None
