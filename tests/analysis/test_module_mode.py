@@ -17,6 +17,7 @@ from gradfix.analysis.module_mode import (
     mode_items,
     modes_at,
     module_sensitivity,
+    trained_evidence,
 )
 from gradfix.analysis.project import FREE, SENSITIVE, UNKNOWN
 from gradfix.facts import build_facts
@@ -366,3 +367,16 @@ def test_a_generator_trained_here_and_sampled_without_eval_is_reported_without_a
     switched = GAN_SOLVER + "\n    def show(self, x):\n        self.G.eval()\n        return self.G(x)\n"
     (finding,) = _gan_findings(tmp_path / "b", switched)
     assert finding.line == 19 and finding.fix is not None
+
+
+def test_a_module_a_training_scope_only_runs_under_no_grad_is_not_trained_by_it():
+    """A frozen teacher: the distillation step calls it under `no_grad` only, so the file does
+    not train it, and a later check of the teacher alone keeps its caller's mode."""
+    source = (
+        "import torch\n\ndef distil(student, teacher, x, opt):\n    teacher.requires_grad_(False)\n    student.zero_grad()\n"
+        "    with torch.no_grad():\n        t = teacher(x)\n    (student(x) - t).pow(2).mean().backward()\n    opt.step()\n\n"
+        "def check_teacher(teacher, x):\n    with torch.no_grad():\n        return teacher(x)\n"
+    )
+    facts = build_facts(source)
+    assert "teacher" not in trained_evidence(facts) and "student" in trained_evidence(facts)
+    assert _gf104_lines(source) == []
