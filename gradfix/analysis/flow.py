@@ -127,18 +127,3 @@ def innermost_statement(parents: Mapping[ast.AST, ast.AST], node: ast.AST) -> as
     while current is not None and not isinstance(current, ast.stmt):
         current = parents.get(current)
     return current
-
-
-def header_nodes(stmt: ast.stmt) -> list[ast.AST]:
-    """The expressions a statement runs itself, before (or without) its bodies."""
-    if isinstance(stmt, (ast.If, ast.While)):
-        return [stmt.test]
-    if isinstance(stmt, (ast.For, ast.AsyncFor)):
-        return [stmt.iter, stmt.target]
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return list(stmt.items)
-    if isinstance(stmt, ast.Match):
-        return [stmt.subject]
-    if isinstance(stmt, (*_TRY, *_SKIPPED)):
-        return list(getattr(stmt, "decorator_list", []))
-    return [stmt]

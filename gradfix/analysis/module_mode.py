@@ -573,9 +573,20 @@ def evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]
     items += _call_items(facts, scope, names, {id(i.node) for i in items})
     roots = {n.split(".", 1)[0] for n in names}
     for stmt in facts.statements(scope):
-        if not isinstance(stmt, ast.Assign) or facts.function_of.get(stmt) is not scope:
+        if facts.function_of.get(stmt) is not scope:
             continue
-        for target in stmt.targets:
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            targets = [stmt.target] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [i.optional_vars for i in stmt.items]
+            if any(isinstance(n, ast.Name) and n.id in roots for t in targets if t is not None for n in ast.walk(t)):
+                items.append(ModeItem(stmt, "unknown"))  # `for model in models:`: another module each time
+            continue
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            stmt_targets = [stmt.target]
+        elif isinstance(stmt, ast.Assign):
+            stmt_targets = stmt.targets
+        else:
+            continue
+        for target in stmt_targets:
             pairs = [(target, stmt.value)]
             if isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List)):
                 if len(target.elts) == len(stmt.value.elts):
@@ -586,6 +597,12 @@ def evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]
                     if kind:
                         items.append(ModeItem(stmt, kind))
     return sorted(items, key=lambda i: i.key)
+
+
+def in_eval_on_every_path(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
+    """``module`` is in eval mode at ``node`` whichever way ``scope`` got there (GF302's
+    question: on a path in train mode the call may be a training step)."""
+    return modes_at(facts, scope, node, evaluation_items(facts, scope, {module})) == {EVAL}
 
 
 def _new_module(name: str, value: ast.AST) -> bool:

@@ -380,3 +380,21 @@ def test_a_module_a_training_scope_only_runs_under_no_grad_is_not_trained_by_it(
     facts = build_facts(source)
     assert "teacher" not in trained_evidence(facts) and "student" in trained_evidence(facts)
     assert _gf104_lines(source) == []
+
+
+def _gf302_lines(source: str) -> list[int]:
+    return [f.line for f in check(source, settings=Settings(select=("GF302",)))]
+
+
+def test_gf302_needs_eval_mode_on_every_path_to_the_call():
+    """GF302 asks the same flow: wrapping a forward in `no_grad` is only right where no path
+    reaches it in train mode (there it may be a training step)."""
+    one_branch = "def predict(model, x, fast):\n    if fast:\n        model.eval()\n    return model(x)\n"
+    assert _gf302_lines(one_branch) == []
+    both = "def predict(model, x, fast):\n    if fast:\n        model.eval()\n    else:\n        model.eval()\n    return model(x)\n"
+    assert _gf302_lines(both) == [3]
+    # `.train()` at the end of the loop body reaches the next iteration's forward
+    loop = "def probe(model, xs):\n    model.eval()\n    for x in xs:\n        print(model(x))\n        model.train()\n"
+    assert _gf302_lines(loop) == []
+    straight = "def probe(model, xs):\n    model.eval()\n    for x in xs:\n        print(model(x))\n"
+    assert _gf302_lines(straight) == [2]
