@@ -8,9 +8,10 @@ every `continue`, until that join stops growing (the sets are small and finite),
 is left from what an iteration hands on (the test failing) and from every `break`: a loop is
 taken to run at least once (`for epoch in range(epochs)` with no epochs is no path an expert
 weighs; the first iteration still starts from what came before the loop); `return`
-and `raise` end their path; a `try` handler or `finally` can start from any state inside the
-`try` body. A `while True:` loop is left by its `break`s only. Nested `def`/`class`/`lambda`
-bodies do not run where they are written.
+and `raise` end their path (a `return` inside `try` goes through its `finally` first); a `try`
+handler or `finally` can start from any state inside the `try` body. A `while True:` loop is
+left by its `break`s only. Nested `def`/`class`/`lambda` bodies do not run where they are
+written. Not modelled: `break`/`continue` through a `finally`, exceptions a `with` swallows.
 
 What the facts are and how a statement changes them is the caller's: ``effect(stmt, state)``
 gives the state after ``stmt``'s own expressions run (its header for a compound statement),
@@ -45,6 +46,7 @@ class ForwardFlow:
         self.returns: State = NOWHERE  # joined over `return` statements
         self._loops: list[tuple[list[State], list[State]]] = []  # (breaks, continues)
         self._inside_try: list[list[State]] = []  # states seen in each enclosing `try` body
+        self._pending: list[list[State]] = []  # `return` states waiting for each enclosing `finally`
         end = self._block(body, entry)
         self.exit = self.returns | end  # leaving the body without raising
 
@@ -83,7 +85,7 @@ class ForwardFlow:
                 out |= self._block(case.body, after)
             return out
         if isinstance(stmt, ast.Return):
-            self.returns |= after
+            self._return(after)
             return NOWHERE
         if isinstance(stmt, ast.Raise):
             return NOWHERE
@@ -106,8 +108,17 @@ class ForwardFlow:
         normal = NOWHERE if forever else self._block(loop.orelse, again)
         return normal.union(*breaks)
 
+    def _return(self, state: State) -> None:
+        if self._pending:
+            self._pending[-1].append(state)  # the `finally` runs first
+        else:
+            self.returns |= state
+
     def _try(self, node: ast.Try, entry: State) -> State:
         seen: list[State] = [entry]
+        returning: list[State] = []
+        if node.finalbody:
+            self._pending.append(returning)
         self._inside_try.append(seen)
         out = self._block(node.body, entry)
         self._inside_try.pop()
@@ -117,7 +128,10 @@ class ForwardFlow:
             out |= self._block(handler.body, raised)
         if not node.finalbody:
             return out
+        self._pending.pop()
         self._block(node.finalbody, raised)  # the exceptional way through `finally` (re-raises)
+        if returning:
+            self._return(self._block(node.finalbody, NOWHERE.union(*returning)))
         return self._block(node.finalbody, out)
 
 

@@ -560,6 +560,11 @@ def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> lis
 def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
     """What sets the mode of the module called ``names`` in ``scope``, in source order: its
     switches and the calls of helpers that switch it."""
+    key = ("module_mode.mode_items", id(scope), frozenset(names))
+    return facts.memo(key, lambda: _mode_items(facts, scope, names))
+
+
+def _mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
     items = _switch_items(facts, scope, names)
     items += _call_items(facts, scope, names, {id(i.node) for i in items})
     return sorted(items, key=lambda i: i.key)
@@ -569,6 +574,11 @@ def evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]
     """:func:`mode_items` as an evaluation sees them: a submodule switched by hand is managed
     (UNSET), and rebinding the name sets its mode (`model = Net().eval()`: eval; `model =
     Net()`: a new module, TRAINED; `model = model.cuda()` / `DataParallel(model)`: the same)."""
+    key = ("module_mode.evaluation_items", id(scope), frozenset(names))
+    return facts.memo(key, lambda: _evaluation_items(facts, scope, names))
+
+
+def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
     items = _switch_items(facts, scope, names, parts=True)
     items += _call_items(facts, scope, names, {id(i.node) for i in items})
     roots = {n.split(".", 1)[0] for n in names}
@@ -717,22 +727,39 @@ def train_mode_reaches(facts: FileFacts, func, names: tuple[str, ...], node: ast
 
 
 def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
-    """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file that are
-    not followed by a switch back in the same scope."""
+    """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file whose mode
+    can outlive their scope: on some path from the switch to the scope's end (a `return`
+    included) no switch back of that module (or a related one) runs."""
 
     def compute():
         out: dict[str, list[ast.AST]] = {}
         for scope in [None, *facts.functions]:
+            if isinstance(scope, ast.Lambda):
+                continue
             mine = own_switches(facts, scope)
-            for s in mine:
-                if s.mode != "eval":
-                    continue
-                restored = any(t.mode != "eval" and related(t.receiver, s.receiver) and pos(t.call) > pos(s.call) for t in mine)
-                if not restored:
-                    out.setdefault(s.receiver, []).append(s.call)
-        return out
+            for receiver in dict.fromkeys(s.receiver for s in mine if s.mode == "eval"):
+                out.setdefault(receiver, []).extend(_evals_reaching_exit(facts, scope, receiver, mine))
+        return {m: calls for m, calls in out.items() if calls}
 
     return facts.memo(("module_mode.leaking_evals",), compute)
+
+
+def _evals_reaching_exit(facts: FileFacts, scope, receiver: str, mine: list[Switch]) -> list[ast.Call]:
+    """The `receiver.eval()` calls of ``scope`` that some path carries to its exit: the flow's
+    state is the last such call on the path, or "restored" after a switch back."""
+    by_stmt: dict[int, list[Switch]] = {}
+    for s in sorted(mine, key=lambda s: pos(s.call)):
+        if (s.mode == "eval" and s.receiver == receiver) or (s.mode != "eval" and related(s.receiver, receiver)):
+            by_stmt.setdefault(id(innermost_statement(facts.parents, s.call)), []).append(s)
+
+    def effect(stmt: ast.stmt, state: frozenset) -> frozenset:
+        for s in by_stmt.get(id(stmt), ()):
+            state = frozenset({s.call if s.mode == "eval" else "restored"})
+        return state
+
+    body = facts.tree.body if scope is None else scope.body
+    flow = ForwardFlow(body, frozenset({"entry"}), effect)
+    return sorted((c for c in flow.exit if isinstance(c, ast.Call)), key=pos)
 
 
 # -- what kind of module -----------------------------------------------------------------------

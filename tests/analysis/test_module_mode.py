@@ -398,3 +398,24 @@ def test_gf302_needs_eval_mode_on_every_path_to_the_call():
     assert _gf302_lines(loop) == []
     straight = "def probe(model, xs):\n    model.eval()\n    for x in xs:\n        print(model(x))\n"
     assert _gf302_lines(straight) == [2]
+
+
+def test_an_eval_that_an_early_return_carries_out_of_its_scope_leaks():
+    """GF105's "the file puts it into eval mode elsewhere" follows the flow too: a `return`
+    before the switch back leaves the module in eval mode; one inside `try` goes through the
+    `finally` that restores it."""
+    train = "def train(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n\n"
+    early = train + (
+        "def evaluate(model, x, quick):\n    model.eval()\n    if quick:\n        return model(x)\n"
+        "    y = model(x)\n    model.train()\n    return y\n"
+    )
+    facts = build_facts(early)
+    assert [facts.segment(c) for c in leaking_evals(facts)["model"]] == ["model.eval()"]
+    assert [(f.code, f.line) for f in check(early, settings=Settings(select=("GF105",)))] == [("GF105", 3)]
+    restored = train + (
+        "def evaluate(model, x, quick):\n    model.eval()\n    try:\n        if quick:\n            return model(x)\n"
+        "        return model(x) + 1\n    finally:\n        model.train()\n"
+    )
+    facts = build_facts(restored)
+    assert leaking_evals(facts) == {}
+    assert leaves(facts, next(f for f in facts.functions if f.name == "evaluate"), {"model"}) == {TRAINED}
