@@ -378,41 +378,41 @@ def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
 
 
 def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
-    """An enclosing function switches the module before it calls the nested def."""
+    """An enclosing function has switched the module out of train mode, on every path, where
+    it calls the nested def (or hands it on as a callback: who calls it when is unknown)."""
     inner = func
     for outer in facts.enclosing_functions(func):
-        related_switches = [
-            s for s in own_switches(facts, outer) if s.mode != "train" and any(related(s.receiver, n) for n in names)
-        ]
-        if related_switches:
+        if any(s.mode != "train" and any(related(s.receiver, n) for n in names) for s in own_switches(facts, outer)):
             calls = [c for c in own_calls(facts, outer) if isinstance(c.func, ast.Name) and c.func.id == inner.name]
-            if not calls:
-                return True  # passed on as a callback: who calls it when is unknown, stay silent
-            if any(pos(s.call) < pos(c) for s in related_switches for c in calls):
+            if not calls or any(_set_at(facts, outer, c, set(names), {EVAL, UNSET}) for c in calls):
                 return True
         inner = outer
     return False
 
 
 def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
-    """A caller elsewhere in the file puts the module (or what it passes) into eval first."""
+    """A caller elsewhere in the file has set the mode of the module (or of what it passes) on
+    every path to its call; a `.train()` does not count for an evaluation (`model.train();
+    evaluate(model)` is the bug, not a caller owning the mode)."""
+    allowed = {EVAL, UNSET} if EVALISH.search(func.name) else {EVAL, UNSET, TRAIN}
     for call in facts.calls:
         if not _called_by_name(facts, call, func.name):
             continue
         scope = facts.function_of.get(call)
-        if scope is func:
+        if scope is func or isinstance(scope, ast.Lambda):
             continue
         passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
-        for s in own_switches(facts, scope):
-            if s.mode == "train" and EVALISH.search(func.name):
-                continue  # `model.train(); evaluate(model)` is the bug, not a caller owning the mode
-            if any(related(s.receiver, n) for n in names) or s.receiver in passed:
-                if pos(s.call) < pos(call) or set(map(id, own_loops_around(facts, s.call, scope))) & set(
-                    map(id, own_loops_around(facts, call, scope))
-                ):
-                    return True
+        switched = {s.receiver for s in own_switches(facts, scope)}
+        known = set(names) | {p for p in passed if any(related(p, r) for r in switched)}
+        if any(any(related(r, n) for n in known) for r in switched) and _set_at(facts, scope, call, known, allowed):
+            return True
     return False
 
+
+def _set_at(facts: FileFacts, scope, call: ast.Call, names: set[str], allowed: set[str]) -> bool:
+    """``scope`` has set the module's mode to one of ``allowed`` on every path to ``call``."""
+    modes = modes_at(facts, scope, call, evaluation_items(facts, scope, names))
+    return bool(modes) and modes <= allowed
 
 
 def _branch_of(facts: FileFacts, node: ast.AST, stop) -> tuple[ast.If, str] | None:

@@ -419,3 +419,17 @@ def test_an_eval_that_an_early_return_carries_out_of_its_scope_leaks():
     facts = build_facts(restored)
     assert leaking_evals(facts) == {}
     assert leaves(facts, next(f for f in facts.functions if f.name == "evaluate"), {"model"}) == {TRAINED}
+
+
+def test_a_caller_or_enclosing_function_owns_the_mode_only_where_it_set_it_on_every_path():
+    evaluate = "def evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n\n"
+    owned = TRAIN_FN + evaluate + "def main(model, x):\n    model.eval()\n    print(evaluate(model, x))\n"
+    assert _gf104_lines(owned) == []
+    half = TRAIN_FN + evaluate + "def main(model, x, fast):\n    if fast:\n        model.eval()\n    print(evaluate(model, x))\n"
+    assert _gf104_lines(half) == [13]  # called in the caller's mode when `fast` is false
+    nested = TRAIN_FN + (
+        "def fit(model, x, fast):\n    def val():\n        with torch.no_grad():\n            return model(x)\n"
+        "    if fast:\n        model.eval()\n    return val()\n"
+    )
+    assert _gf104_lines(nested) == [14]
+    assert _gf104_lines(nested.replace("    if fast:\n        model.eval()\n", "    model.eval()\n")) == []
