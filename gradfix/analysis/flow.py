@@ -7,7 +7,8 @@ join after it; a loop body runs from the join of the loop's entry, the end of it
 every `continue`, until that join stops growing (the sets are small and finite), and the loop
 is left from what an iteration hands on (the test failing) and from every `break`: a loop is
 taken to run at least once (`for epoch in range(epochs)` with no epochs is no path an expert
-weighs; the first iteration still starts from what came before the loop); `return`
+weighs; the first iteration still starts from what came before the loop) unless the caller
+asks for ``loops_may_skip``; `return`
 and `raise` end their path (a `return` inside `try` goes through its `finally` first); a `try`
 handler or `finally` can start from any state inside the `try` body. A `while True:` loop is
 left by its `break`s only. Nested `def`/`class`/`lambda` bodies do not run where they are
@@ -39,9 +40,11 @@ class ForwardFlow:
         entry: State,
         effect: Callable[[ast.stmt, State], State],
         before: Mapping[int, State] | None = None,
+        loops_may_skip: bool = False,
     ):
         self.effect = effect
         self.before = before or {}
+        self.loops_may_skip = loops_may_skip  # also leave a loop from its entry (no iteration)
         self.at: dict[int, State] = {}
         self.returns: State = NOWHERE  # joined over `return` statements
         self._loops: list[tuple[list[State], list[State]]] = []  # (breaks, continues)
@@ -105,7 +108,7 @@ class ForwardFlow:
                 break
             head |= again
         forever = isinstance(loop, ast.While) and isinstance(loop.test, ast.Constant) and bool(loop.test.value)
-        normal = NOWHERE if forever else self._block(loop.orelse, again)
+        normal = NOWHERE if forever else self._block(loop.orelse, head if self.loops_may_skip else again)
         return normal.union(*breaks)
 
     def _return(self, state: State) -> None:
@@ -141,3 +144,22 @@ def innermost_statement(parents: Mapping[ast.AST, ast.AST], node: ast.AST) -> as
     while current is not None and not isinstance(current, ast.stmt):
         current = parents.get(current)
     return current
+
+
+def always_ran_before(parents: Mapping[ast.AST, ast.AST], body: list[ast.stmt], node: ast.AST, point: ast.stmt) -> bool:
+    """Whether every path through ``body`` that reaches ``point`` ran ``node`` first: its
+    statement ran, and ``node`` is not under a conditional expression (`a and f()`, `f() if c
+    else g`) in it. Loops inside ``body`` may run no iteration; ``body`` itself runs once."""
+    stmt = innermost_statement(parents, node)
+    current = parents.get(node)
+    while current is not None and current is not stmt:
+        if isinstance(current, (ast.IfExp, ast.BoolOp, ast.Lambda)):
+            return False
+        current = parents.get(current)
+    ran = frozenset({True})
+
+    def effect(s: ast.stmt, state: State) -> State:
+        return ran if s is stmt else state
+
+    flow = ForwardFlow(body, frozenset({False}), effect, loops_may_skip=True)
+    return flow.at.get(id(point), NOWHERE) == ran
