@@ -1064,8 +1064,8 @@ def other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
 
 
 def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
-    """The eval at ``node`` sits in a function that the file calls only after its last call of
-    the training function ``scope``, from the same place and outside every loop that calls it
+    """The eval at ``node`` sits in a function that the file calls, from the same place as the
+    training function ``scope``, only where no path leads from it back to a training call
     (`for epoch …: train(…)` then a final `test(…)`): no training step follows it here."""
     if scope is None or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         owner = node
@@ -1085,8 +1085,15 @@ def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
     caller = callers.pop()
     if caller is scope or caller is owner:
         return False
-    last_train = max(map(pos, trains))
-    train_loops = {id(l) for c in trains for l in own_loops_around(facts, c, caller)}
-    return all(
-        pos(e) > last_train and not {id(l) for l in own_loops_around(facts, e, caller)} & train_loops for e in evals
-    )
+    # Along the caller's flow: does any path run an evaluation and then a training call?
+    marks = {id(innermost_statement(facts.parents, c)): "trained" for c in trains}
+    marks.update({id(innermost_statement(facts.parents, c)): "evaluated" for c in evals})
+
+    def effect(stmt: ast.stmt, state: frozenset) -> frozenset:
+        mark = marks.get(id(stmt))
+        return frozenset({mark}) if mark else state
+
+    body = facts.tree.body if caller is None else caller.body
+    flow = ForwardFlow(body, frozenset({"entry"}), effect, loops_may_skip=True)
+    statements = {innermost_statement(facts.parents, c) for c in trains}
+    return not any("evaluated" in flow.at.get(id(stmt), frozenset()) for stmt in statements)
