@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from gradfix import Settings, check
 from gradfix.analysis.module_mode import (
     ENTRY,
@@ -195,46 +197,35 @@ def _gf104_lines(source: str) -> list[int]:
     return [f.line for f in check(source, settings=Settings(select=("GF104",)))]
 
 
-def test_an_eval_in_one_branch_leaves_the_callers_mode_on_the_other_path():
-    source = TRAIN_FN + (
-        "def ev(model, x, fast):\n    if fast:\n        model.eval()\n"
-        "    with torch.no_grad():\n        return model(x)\n"
-    )
-    assert _modes_at_last_forward(source) == {ENTRY, EVAL}
-    assert _gf104_lines(source) == [15]  # in train mode on the path where `fast` is false
+FLOW_SHAPES = [
+    # (the body of `ev(model, x, c)`, ending in a forward of `model`; its modes there)
+    ("    if c:\n        model.eval()\n", {ENTRY, EVAL}),  # the other path keeps the caller's mode
+    ("    if c:\n        model.eval()\n    else:\n        model.train(False)\n", {EVAL}),
+    ("    if not c:\n        model.eval()\n    else:\n        return None\n", {EVAL}),  # a return ends its path
+    ("    if not c:\n        model.eval()\n    else:\n        raise ValueError(x)\n", {EVAL}),
+    ("    try:\n        model.eval()\n        y = model(x)\n    finally:\n        model.train()\n", {TRAIN}),
+    # a handler may start before the switch
+    ("    try:\n        load(model)\n        model.eval()\n    except OSError:\n        pass\n", {ENTRY, EVAL}),
+    # a `continue` carries the first iteration's state out of the loop
+    ("    for i in x:\n        if i is None:\n            continue\n        model.eval()\n", {ENTRY, EVAL}),
+    ("    while True:\n        if c:\n            break\n        model.eval()\n", {ENTRY, EVAL}),
+    ("    while True:\n        model.eval()\n        if c:\n            break\n", {EVAL}),  # left by its break only
+    ("    with open('log') as log:\n        model.eval()\n", {EVAL}),
+    ("    model.eval()\n    model = Net()\n", {TRAINED}),  # a new module, in train mode
+    ("    model.eval()\n    model = model.to('cpu')\n", {EVAL}),  # the same module
+]
 
 
-def test_an_eval_in_both_branches_is_eval_on_every_path():
-    source = TRAIN_FN + (
-        "def ev(model, x, fast):\n    if fast:\n        model.eval()\n    else:\n        model.train(False)\n"
-        "    with torch.no_grad():\n        return model(x)\n"
-    )
-    assert _modes_at_last_forward(source) == {EVAL}
-    assert _gf104_lines(source) == []
+@pytest.mark.parametrize(("body", "modes"), FLOW_SHAPES)
+def test_the_mode_at_a_forward_joins_the_paths_that_reach_it(body, modes):
+    source = TRAIN_FN + "def ev(model, x, c):\n" + body + "    with torch.no_grad():\n        return model(x)\n"
+    assert _modes_at_last_forward(source) == modes
+    assert bool(_gf104_lines(source)) == bool(modes & {ENTRY, TRAINED})
 
 
-def test_an_early_return_ends_its_path():
-    source = TRAIN_FN + (
-        "def ev(model, x, ready):\n    if not ready:\n        model.eval()\n    else:\n        return None\n"
-        "    with torch.no_grad():\n        return model(x)\n"
-    )
-    assert _modes_at_last_forward(source) == {EVAL}
-    raised = source.replace("return None", "raise ValueError(x)")
-    assert _modes_at_last_forward(raised) == {EVAL}
-
-
-def test_finally_runs_on_every_way_out_and_a_handler_may_start_before_the_switch():
-    source = TRAIN_FN + (
-        "def ev(model, x):\n    try:\n        model.eval()\n        with torch.no_grad():\n            y = model(x)\n"
-        "    finally:\n        model.train()\n    with torch.no_grad():\n        return y, model(x)\n"
-    )
-    assert _modes_at_last_forward(source) == {TRAIN}
-    handler = TRAIN_FN + (
-        "def ev(model, x):\n    try:\n        load(model)\n        model.eval()\n    except OSError:\n        pass\n"
-        "    with torch.no_grad():\n        return model(x)\n"
-    )
-    assert _modes_at_last_forward(handler) == {ENTRY, EVAL}
-    assert _gf104_lines(handler) == [18]
+def test_gf104_reports_the_path_in_train_mode():
+    one_branch = TRAIN_FN + "def ev(model, x, c):\n" + FLOW_SHAPES[0][0] + "    with torch.no_grad():\n        return model(x)\n"
+    assert _gf104_lines(one_branch) == [15]
 
 
 def test_a_switch_at_the_end_of_a_loop_body_reaches_the_next_iteration():
@@ -254,34 +245,6 @@ def test_a_switch_at_the_end_of_a_loop_body_reaches_the_next_iteration():
     items = mode_items(facts, fit, {"model"})
     assert modes_at(facts, fit, use, items) == {TRAIN}
     assert all_train_at(facts, fit, [use], items, entry_train=False)
-
-
-def test_continue_and_break_carry_their_state_out_of_the_loop():
-    skip = TRAIN_FN + (
-        "def ev(model, xs, y):\n    for x in xs:\n        if x is None:\n            continue\n        model.eval()\n"
-        "    with torch.no_grad():\n        return model(y)\n"
-    )
-    assert _modes_at_last_forward(skip) == {ENTRY, EVAL}
-    early = TRAIN_FN + (
-        "def ev(model, xs, y):\n    while True:\n        if xs:\n            break\n        model.eval()\n"
-        "    with torch.no_grad():\n        return model(y)\n"
-    )
-    assert _modes_at_last_forward(early) == {ENTRY, EVAL}
-    late = early.replace("        if xs:\n            break\n        model.eval()\n", "        model.eval()\n        if xs:\n            break\n")
-    assert _modes_at_last_forward(late) == {EVAL}  # `while True` is left by its break only
-    assert _gf104_lines(late) == []
-
-
-def test_a_with_block_body_runs_once_and_a_binding_sets_the_mode():
-    source = TRAIN_FN + (
-        "def ev(model, x):\n    with open('log') as log:\n        model.eval()\n"
-        "    with torch.no_grad():\n        return model(x)\n"
-    )
-    assert _modes_at_last_forward(source) == {EVAL}
-    rebuilt = source.replace("        model.eval()\n", "        model.eval()\n    model = Net()\n")
-    assert _modes_at_last_forward(rebuilt) == {TRAINED}  # a new module, in train mode
-    moved = source.replace("        model.eval()\n", "        model.eval()\n    model = model.to('cpu')\n")
-    assert _modes_at_last_forward(moved) == {EVAL}  # the same module
 
 
 def test_a_helpers_summary_is_what_its_own_control_flow_leaves():
