@@ -609,10 +609,11 @@ def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem
     return sorted(items, key=lambda i: i.key)
 
 
-def in_eval_on_every_path(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
-    """``module`` is in eval mode at ``node`` whichever way ``scope`` got there (GF302's
-    question: on a path in train mode the call may be a training step)."""
-    return modes_at(facts, scope, node, evaluation_items(facts, scope, {module})) == {EVAL}
+def evaluated_at(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
+    """Some path reaches ``node`` with ``module`` in the eval mode ``scope`` put it in (GF302's
+    question: the forward is an evaluation there). A `.train()` or a new module bound on every
+    path since, or an `.eval()` on a path that returned, does not count."""
+    return EVAL in modes_at(facts, scope, node, evaluation_items(facts, scope, {module}))
 
 
 def _new_module(name: str, value: ast.AST) -> bool:

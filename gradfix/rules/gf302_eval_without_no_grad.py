@@ -8,7 +8,7 @@ from typing import Sequence
 from gradfix.lazy import cst
 
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
-from gradfix.analysis.module_mode import in_eval_on_every_path
+from gradfix.analysis.module_mode import evaluated_at
 from gradfix.analysis.statements import (
     around_run,
     can_wrap,
@@ -681,13 +681,13 @@ class EvalWithoutNoGrad(Rule):
 
     @staticmethod
     def _forward_calls_in_eval_mode(facts, func, receivers: set[str]) -> list[ast.Call]:
-        """Calls ``m(...)`` in ``func``, outside any grad region, where ``m`` (one of ``receivers``)
-        is in eval mode on every path there (gradfix/analysis/module_mode.py): no ``m.train()``
-        and no fresh binding of ``m`` can come in between, on any branch or loop iteration."""
+        """Calls ``m(...)`` in ``func``, outside any grad region, that some path reaches with ``m``
+        (one of ``receivers``) in the eval mode ``func`` set (gradfix/analysis/module_mode.py):
+        not after an ``m.train()`` or a fresh binding of ``m`` on every path since."""
         found = []
         for node in own_nodes(func):
             if isinstance(node, ast.Call) and dotted_name(node.func) in receivers and not facts.regions_around(node):
-                if in_eval_on_every_path(facts, func, dotted_name(node.func), node):
+                if evaluated_at(facts, func, dotted_name(node.func), node):
                     found.append(node)
         return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 

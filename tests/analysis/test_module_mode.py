@@ -349,18 +349,20 @@ def _gf302_lines(source: str) -> list[int]:
     return [f.line for f in check(source, settings=Settings(select=("GF302",)))]
 
 
-def test_gf302_needs_eval_mode_on_every_path_to_the_call():
-    """GF302 asks the same flow: wrapping a forward in `no_grad` is only right where no path
-    reaches it in train mode (there it may be a training step)."""
-    one_branch = "def predict(model, x, fast):\n    if fast:\n        model.eval()\n    return model(x)\n"
-    assert _gf302_lines(one_branch) == []
-    both = "def predict(model, x, fast):\n    if fast:\n        model.eval()\n    else:\n        model.eval()\n    return model(x)\n"
-    assert _gf302_lines(both) == [3]
-    # `.train()` at the end of the loop body reaches the next iteration's forward
-    loop = "def probe(model, xs):\n    model.eval()\n    for x in xs:\n        print(model(x))\n        model.train()\n"
-    assert _gf302_lines(loop) == []
-    straight = "def probe(model, xs):\n    model.eval()\n    for x in xs:\n        print(model(x))\n"
-    assert _gf302_lines(straight) == [2]
+def test_gf302_asks_whether_a_path_reaches_the_forward_in_the_eval_mode_it_set():
+    """GF302 asks the same flow: the forward is an evaluation where some path reaches it in
+    eval mode (udacity's `if train: model.train()` / `if not train: model.eval()` test still
+    wastes a graph on both), not after a `.train()` on every path, nor after an `.eval()` whose
+    path returned."""
+    branch = "def test(model, x, train):\n    if train:\n        model.train()\n    if not train:\n        model.eval()\n    return model(x)\n"
+    assert _gf302_lines(branch) == [5]
+    returned = "def predict(model, x, fast):\n    if fast:\n        model.eval()\n        return None\n    return model(x)\n"
+    assert _gf302_lines(returned) == []
+    retrained = "def probe(model, xs):\n    model.eval()\n    print(model(xs[0]))\n    model.train()\n    return model(xs[1])\n"
+    assert [f.message.split("line ")[1][:1] for f in check(retrained, settings=Settings(select=("GF302",)))] == ["3"]
+    # `model = DataParallel(model).cuda()` is the same module, still in eval mode
+    wrapped = "def evaluate(model, xs):\n    model = model.eval()\n    model = torch.nn.DataParallel(model).cuda()\n    return [model(x) for x in xs]\n"
+    assert _gf302_lines("import torch\n" + wrapped) == [3]
 
 
 def test_an_eval_that_an_early_return_carries_out_of_its_scope_leaks():
