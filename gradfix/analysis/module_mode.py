@@ -265,14 +265,14 @@ def _feeds_training(facts: FileFacts, func) -> bool:
             read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
             if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
                 read |= _names_in(later.func.value)
-            elif _callee(later) not in training:
+            elif callee_name(later) not in training:
                 continue
             if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
                 return True
     return False
 
 
-def _callee(call: ast.Call) -> str | None:
+def callee_name(call: ast.Call) -> str | None:
     func = call.func
     if isinstance(func, ast.Name):
         return func.id
@@ -536,7 +536,7 @@ def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> lis
     an evaluation helper defined elsewhere (`evaluate(model)`)."""
     items = []
     for call in own_calls(facts, scope):
-        callee = _callee(call)
+        callee = callee_name(call)
         if id(call) in skip or callee is None:
             continue
         defined = [f for f in _function_named(facts, callee) if f is not scope]
@@ -1076,8 +1076,8 @@ def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
         return False
     if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
         return False  # nested defs and methods: who calls them when is not visible here
-    trains = [c for c in facts.calls if _callee(c) == scope.name]
-    evals = [c for c in facts.calls if _callee(c) == owner.name]
+    trains = [c for c in facts.calls if callee_name(c) == scope.name]
+    evals = [c for c in facts.calls if callee_name(c) == owner.name]
     if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
         return False
     callers = {facts.function_of.get(c) for c in trains + evals}

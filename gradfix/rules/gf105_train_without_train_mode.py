@@ -7,9 +7,9 @@ import ast
 from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
-    _callee,
     all_train_at,
     built_here,
+    callee_name,
     constructed,
     evaluated_after_training,
     forward_target,
@@ -405,7 +405,7 @@ class TrainWithoutTrainMode(Rule):
         if scope is None:
             return False
         for call in facts.calls:
-            if _callee(call) != scope.name or facts.function_of.get(call) is scope:
+            if callee_name(call) != scope.name or facts.function_of.get(call) is scope:
                 continue
             caller = facts.function_of.get(call)
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
