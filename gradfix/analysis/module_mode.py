@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from gradfix.analysis.flow import ForwardFlow, innermost_statement
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, strip_moves
 from gradfix.analysis.vocabulary import (
@@ -66,8 +67,9 @@ RECALIBRATION = re.compile(r"(^|_)(bn|batch_?norm|calib\w*|recalib\w*|swa)(_|$)"
 EVALISH = re.compile(r"(^|_)(eval|evaluate|evaluation|validate|validation|val|valid|test|infer|inference|predict)", re.I)
 
 
-# GAN generators sample in training mode on purpose (pix2pix keeps dropout as noise; with
-# instance norm tracking running stats, `.eval()` makes the images worse): not evaluation.
+# GAN generators are often sampled in training mode on purpose (pix2pix keeps dropout as noise;
+# StarGAN's instance norm gives other images with its running statistics): see
+# :func:`sampled_in_train_mode_by_convention`.
 GENERATOR = re.compile(r"^(G|G_?[A-Z0-9]\w*|G_\w+|netG\w*|net_?[gG]|g_ema|gen|gen_\w+|\w*[gG]enerator\w*)$")
 
 
@@ -187,7 +189,7 @@ def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     """Dotted names the file trains or switches, each with the nodes that show it.
 
     Evidence: `.train()` on the name, or a training scope (`.backward()`/optimizer step) that
-    calls it. The nodes let callers tell `self.model` of one class from another's.
+    calls it with grad enabled. The nodes let callers tell `self.model` of one class from another's.
     """
     return facts.memo(("module_mode.trained_evidence",), lambda: _trained_evidence(facts))
 
@@ -209,6 +211,8 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
             name = dotted_name(call.func)
             if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
                 continue
+            if facts.grad_mode_at(call) == "disabled":
+                continue  # a training scope's samples or frozen teacher: not what it trains
             if name.endswith(".forward"):
                 name = name[: -len(".forward")]
             if trains_here and not any(related(t, name) for t in trains_here):
@@ -221,12 +225,16 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
 
 def mode_api(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     """The class of ``func`` has its own `train`/`eval` methods that switch the module: its
-    users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods."""
+    users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods.
+    A `train` method that is a training loop itself (`.backward()`, an optimizer step) is no
+    mode setter."""
     cls = owner_class(facts, func)
     if cls is None:
         return False
     for method in cls.body:
         if isinstance(method, FUNCTIONS) and method.name in ("train", "eval"):
+            if calls_backward(facts, method) or steps_optimizer(facts, method):
+                continue
             if any(any(related(s.receiver, n) for n in names) for s in own_switches(facts, method)):
                 return True
     return False
@@ -257,14 +265,14 @@ def _feeds_training(facts: FileFacts, func) -> bool:
             read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
             if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
                 read |= _names_in(later.func.value)
-            elif _callee(later) not in training:
+            elif callee_name(later) not in training:
                 continue
             if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
                 return True
     return False
 
 
-def _callee(call: ast.Call) -> str | None:
+def callee_name(call: ast.Call) -> str | None:
     func = call.func
     if isinstance(func, ast.Name):
         return func.id
@@ -281,19 +289,6 @@ def outer_disabled_region(facts: FileFacts, node: ast.AST) -> GradRegion | None:
     if not disabled or not (regions[0].called or regions[0].kind == "decorator"):
         return None
     return disabled[-1]
-
-
-def _managed_in_function(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
-    """``func`` switches a related module before ``node`` (or in a loop around both)."""
-    loops = set(map(id, own_loops_around(facts, node, func)))
-    for s in own_switches(facts, func):
-        if not any(related(s.receiver, n) for n in names):
-            continue
-        if pos(s.call) < pos(node):
-            return True
-        if any(id(l) in loops for l in own_loops_around(facts, s.call, func)):
-            return True
-    return False
 
 
 def _called_by_name(facts: FileFacts, call: ast.Call, name: str) -> bool:
@@ -318,25 +313,6 @@ def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
     return inside
 
 
-def _left_in_eval_by_call(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
-    """Before ``node``, ``func`` last calls a function of this file that switches the module it
-    is given, and that function leaves it in eval mode (`train(model); test(model)` in an epoch
-    loop, then a final evaluation): the module is in eval mode already."""
-    last: tuple[tuple[int, int], str] | None = None
-    for call in own_calls(facts, func):
-        if pos(call) >= pos(node):
-            continue
-        callee = _callee(call)
-        for f in facts.functions:
-            if f.name != callee or f is func:
-                continue
-            inside = passed_names(f, call, names)
-            mine = [sw for sw in own_switches(facts, f) if any(covers(sw.receiver, n) for n in inside)]
-            if mine and (last is None or pos(call) > last[0]):
-                last = (pos(call), max(mine, key=lambda sw: pos(sw.call)).mode)
-    return last is not None and last[1] == "eval"
-
-
 def _submodule_of_module(facts: FileFacts, func, module: str) -> bool:
     """`self.<x>` in a method of a class that is itself an nn.Module (it defines `forward`):
     a submodule, whose mode follows the parent's `.train()`/`.eval()`, which the caller sets."""
@@ -356,24 +332,6 @@ def _eval_chain(value: ast.AST) -> bool:
         if attr == "train":
             return len(args) == 1 and literal_bool(args[0]) is False
         value = value.func.value
-    return False
-
-
-def _bound_in_eval(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
-    """Before ``node``, ``func`` binds the module's name to a chain ending in `.eval()`
-    (`model = Net().eval()`; `g, d = G().eval(), D().eval()`): a fresh module in eval mode."""
-    roots = {n.split(".", 1)[0] for n in names}
-    for stmt in facts.statements(func):
-        if not isinstance(stmt, ast.Assign) or pos(stmt) >= pos(node):
-            continue
-        for target in stmt.targets:
-            pairs = [(target, stmt.value)]
-            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List)):
-                if len(target.elts) == len(stmt.value.elts):
-                    pairs = list(zip(target.elts, stmt.value.elts))
-            for t, v in pairs:
-                if isinstance(t, ast.Name) and t.id in roots and _eval_chain(v):
-                    return True
     return False
 
 
@@ -420,64 +378,41 @@ def _output_discarded(facts: FileFacts, call: ast.Call) -> bool:
 
 
 def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
-    """An enclosing function switches the module before it calls the nested def."""
+    """An enclosing function has switched the module out of train mode, on every path, where
+    it calls the nested def (or hands it on as a callback: who calls it when is unknown)."""
     inner = func
     for outer in facts.enclosing_functions(func):
-        related_switches = [
-            s for s in own_switches(facts, outer) if s.mode != "train" and any(related(s.receiver, n) for n in names)
-        ]
-        if related_switches:
+        if any(s.mode != "train" and any(related(s.receiver, n) for n in names) for s in own_switches(facts, outer)):
             calls = [c for c in own_calls(facts, outer) if isinstance(c.func, ast.Name) and c.func.id == inner.name]
-            if not calls:
-                return True  # passed on as a callback: who calls it when is unknown, stay silent
-            if any(pos(s.call) < pos(c) for s in related_switches for c in calls):
+            if not calls or any(_set_at(facts, outer, c, set(names), {EVAL, UNSET}) for c in calls):
                 return True
         inner = outer
     return False
 
 
 def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
-    """A caller elsewhere in the file puts the module (or what it passes) into eval first."""
+    """A caller elsewhere in the file has set the mode of the module (or of what it passes) on
+    every path to its call; a `.train()` does not count for an evaluation (`model.train();
+    evaluate(model)` is the bug, not a caller owning the mode)."""
+    allowed = {EVAL, UNSET} if EVALISH.search(func.name) else {EVAL, UNSET, TRAIN}
     for call in facts.calls:
         if not _called_by_name(facts, call, func.name):
             continue
         scope = facts.function_of.get(call)
-        if scope is func:
+        if scope is func or isinstance(scope, ast.Lambda):
             continue
         passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
-        for s in own_switches(facts, scope):
-            if s.mode == "train" and EVALISH.search(func.name):
-                continue  # `model.train(); evaluate(model)` is the bug, not a caller owning the mode
-            if any(related(s.receiver, n) for n in names) or s.receiver in passed:
-                if pos(s.call) < pos(call) or set(map(id, own_loops_around(facts, s.call, scope))) & set(
-                    map(id, own_loops_around(facts, call, scope))
-                ):
-                    return True
+        switched = {s.receiver for s in own_switches(facts, scope)}
+        known = set(names) | {p for p in passed if any(related(p, r) for r in switched)}
+        if any(any(related(r, n) for n in known) for r in switched) and _set_at(facts, scope, call, known, allowed):
+            return True
     return False
 
 
-
-@dataclass(frozen=True)
-class ModeItem:
-    """Something in a scope that sets a module's mode: ``train`` (w), ``eval`` or ``evalcall``."""
-
-    node: ast.AST
-    kind: str
-    order: int = 1  # 0 for a planned insertion: it runs before a statement at the same spot
-
-    @property
-    def key(self) -> tuple[int, int, int]:
-        return (*pos(self.node), self.order)
-
-
-def _function_named(facts: FileFacts, name: str):
-    return [f for f in facts.functions if f.name == name]
-
-
-def _leaves_eval(facts: FileFacts, func, names: set[str]) -> bool:
-    """Calling ``func`` leaves one of ``names`` in eval mode (its last switch is `.eval()`)."""
-    mine = [s for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
-    return bool(mine) and max(mine, key=lambda s: pos(s.call)).mode == "eval"
+def _set_at(facts: FileFacts, scope, call: ast.Call, names: set[str], allowed: set[str]) -> bool:
+    """``scope`` has set the module's mode to one of ``allowed`` on every path to ``call``."""
+    modes = modes_at(facts, scope, call, evaluation_items(facts, scope, names))
+    return bool(modes) and modes <= allowed
 
 
 def _branch_of(facts: FileFacts, node: ast.AST, stop) -> tuple[ast.If, str] | None:
@@ -528,59 +463,222 @@ def _mode_by_argument(facts: FileFacts, func, call: ast.Call, names: set[str]) -
     return next(iter(by_branch[taken]))
 
 
-def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
-    """Mode switches of the module called ``names`` in ``scope``, in source order."""
+# -- module-mode state along control flow ----------------------------------------------------
+#
+# The mode of one module (the names in ``names``) at each point of a scope, as a set of what it
+# can be on some path (gradfix/analysis/flow.py joins the paths):
+ENTRY = "entry"  # what the scope was entered with: the caller's mode
+TRAIN = "train"  # this scope's own `.train()`: chosen here
+TRAINED = "trained"  # train mode nobody chose here: a module just built, a helper that trains it
+EVAL = "eval"
+UNSET = "unknown"  # `.train(flag)`, a submodule switched by hand: the author manages it
+
+_KIND_MODES = {
+    "train": frozenset({TRAIN}),
+    "eval": frozenset({EVAL}),
+    "evalcall": frozenset({EVAL}),
+    "trained": frozenset({TRAINED}),
+    "unknown": frozenset({UNSET}),
+}
+
+
+@dataclass(frozen=True)
+class ModeItem:
+    """Something in a scope that sets a module's mode: a switch (``train``/``eval``/``unknown``),
+    a binding (``trained``/``eval``), or a call of a file function (``evalcall``, ``train``, or
+    ``call`` whose ``modes`` is the callee's summary: what it leaves, ENTRY where it may leave the
+    mode as it found it). ``order`` 0: a planned insertion, which runs before the statement."""
+
+    node: ast.AST
+    kind: str
+    order: int = 1
+    modes: frozenset = frozenset()
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (*pos(self.node), self.order)
+
+    def apply(self, state: frozenset) -> frozenset:
+        modes = self.modes or _KIND_MODES[self.kind]
+        return (state if ENTRY in modes else frozenset()) | (modes - {ENTRY})
+
+
+def _function_named(facts: FileFacts, name: str):
+    return [f for f in facts.functions if f.name == name]
+
+
+def _switch_items(facts: FileFacts, scope, names: set[str], parts: bool = False) -> list[ModeItem]:
+    """``scope``'s own switches of the module; with ``parts`` a submodule's switch too (UNSET)."""
     items = []
     for s in own_switches(facts, scope):
         if any(covers(s.receiver, n) for n in names):
-            items.append(ModeItem(s.call, "eval" if s.mode == "eval" else "train"))
-    switch_calls = {id(i.node) for i in items}
+            items.append(ModeItem(s.call, s.mode if parts else ("eval" if s.mode == "eval" else "train")))
+        elif parts and any(related(s.receiver, n) for n in names):
+            items.append(ModeItem(s.call, "unknown"))
+    return items
+
+
+def leaves(facts: FileFacts, func, names: set[str]) -> frozenset:
+    """``func``'s summary for the module it knows as ``names``: the modes its own switches can
+    leave it in when it returns (ENTRY: a path that leaves the caller's mode; a `.train(flag)`
+    restore counts as that; its `.train()` is TRAINED for the caller)."""
+    items = [ModeItem(s.call, s.mode) for s in own_switches(facts, func) if any(covers(s.receiver, n) for n in names)]
+    if not items:
+        return frozenset({ENTRY})
+    flow = _flow(facts, func, items, ENTRY)
+    renamed = {TRAIN: TRAINED, UNSET: ENTRY}
+    return frozenset(renamed.get(m, m) for m in flow.exit) or frozenset({ENTRY})  # empty: it never returns
+
+
+def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> list[ModeItem]:
+    """Calls in ``scope`` that set the module's mode: a file function given the module, by its
+    summary (or by the literal argument that picks its mode, see :func:`_mode_by_argument`), or
+    an evaluation helper defined elsewhere (`evaluate(model)`)."""
+    items = []
     for call in own_calls(facts, scope):
-        if id(call) in switch_calls:
+        callee = callee_name(call)
+        if id(call) in skip or callee is None:
             continue
-        callee = _callee(call)
-        if callee is None:
-            continue
-        defined = _function_named(facts, callee)
+        defined = [f for f in _function_named(facts, callee) if f is not scope]
         if defined:
-            chosen = {
-                m for f in defined if f is not scope
-                if (m := _mode_by_argument(facts, f, call, passed_names(f, call, names)))
-            }
+            chosen = {m for f in defined if (m := _mode_by_argument(facts, f, call, passed_names(f, call, names)))}
             if chosen:
                 items.append(ModeItem(call, "evalcall" if chosen == {"eval"} else "train"))
                 continue
-            if any(_leaves_eval(facts, f, passed_names(f, call, names)) for f in defined if f is not scope):
+            summary = frozenset().union(*(leaves(facts, f, passed_names(f, call, names)) for f in defined))
+            if summary == {EVAL}:
                 items.append(ModeItem(call, "evalcall"))
-        elif EVALISH.search(callee):
+            elif summary != {ENTRY}:
+                items.append(ModeItem(call, "call", modes=summary))
+        elif EVALISH.search(callee) and not _function_named(facts, callee):
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
             if any(related(p, n) for p in passed for n in names):
                 items.append(ModeItem(call, "evalcall"))
+    return items
+
+
+def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
+    """What sets the mode of the module called ``names`` in ``scope``, in source order: its
+    switches and the calls of helpers that switch it."""
+    key = ("module_mode.mode_items", id(scope), frozenset(names))
+    return facts.memo(key, lambda: _mode_items(facts, scope, names))
+
+
+def _mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
+    items = _switch_items(facts, scope, names)
+    items += _call_items(facts, scope, names, {id(i.node) for i in items})
     return sorted(items, key=lambda i: i.key)
 
 
-def mode_at(facts: FileFacts, scope, point: ast.AST, items: list[ModeItem]) -> str:
-    """``train``/``eval`` as the last switch among ``items`` reaching ``point`` sets it
-    (following the loops around it: the previous iteration's last switch reaches the top of
-    the body), or ``entry``: the mode the scope was entered with."""
-    loops = own_loops_around(facts, point, scope)
-    container = loops[0] if loops else None
-    inside = [i for i in items if container is None or is_descendant(facts, i.node, container)]
-    before = [i for i in inside if i.key < (*pos(point), 1)]
-    if before:
-        return "train" if before[-1].kind == "train" else "eval"
-    if container is None:
-        return "entry"
-    after = [i for i in inside if i.key > (*pos(point), 1)]
-    if after and after[-1].kind != "train":
-        return "eval"
-    return mode_at(facts, scope, container, items)
+def evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
+    """:func:`mode_items` as an evaluation sees them: a submodule switched by hand is managed
+    (UNSET), and rebinding the name sets its mode (`model = Net().eval()`: eval; `model =
+    Net()`: a new module, TRAINED; `model = model.cuda()` / `DataParallel(model)`: the same)."""
+    key = ("module_mode.evaluation_items", id(scope), frozenset(names))
+    return facts.memo(key, lambda: _evaluation_items(facts, scope, names))
+
+
+def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
+    items = _switch_items(facts, scope, names, parts=True)
+    items += _call_items(facts, scope, names, {id(i.node) for i in items})
+    roots = {n.split(".", 1)[0] for n in names}
+    for stmt in facts.statements(scope):
+        if facts.function_of.get(stmt) is not scope:
+            continue
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            targets = [stmt.target] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [i.optional_vars for i in stmt.items]
+            if any(isinstance(n, ast.Name) and n.id in roots for t in targets if t is not None for n in ast.walk(t)):
+                items.append(ModeItem(stmt, "unknown"))  # `for model in models:`: another module each time
+            continue
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            stmt_targets = [stmt.target]
+        elif isinstance(stmt, ast.Assign):
+            stmt_targets = stmt.targets
+        else:
+            continue
+        for target in stmt_targets:
+            pairs = [(target, stmt.value)]
+            if isinstance(target, (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List)):
+                if len(target.elts) == len(stmt.value.elts):
+                    pairs = list(zip(target.elts, stmt.value.elts))
+            for t, v in pairs:
+                if isinstance(t, ast.Name) and t.id in roots:
+                    kind = "eval" if _eval_chain(v) else "trained" if _new_module(t.id, v) else None
+                    if kind:
+                        items.append(ModeItem(stmt, kind))
+    return sorted(items, key=lambda i: i.key)
+
+
+def evaluated_at(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
+    """Some path reaches ``node`` with ``module`` in the eval mode ``scope`` put it in (GF302's
+    question: the forward is an evaluation there). A `.train()` or a new module bound on every
+    path since, or an `.eval()` on a path that returned, does not count."""
+    return EVAL in modes_at(facts, scope, node, evaluation_items(facts, scope, {module}))
+
+
+def _new_module(name: str, value: ast.AST) -> bool:
+    """``value`` builds another module than ``name`` holds: a call that is neither a method of
+    ``name`` (`model.cuda()`) nor handed ``name`` (`DataParallel(model)`, `torch.jit.script(model)`)."""
+    base = strip_moves(value)
+    if not isinstance(base, ast.Call):
+        return False
+    root = base.func
+    while isinstance(root, (ast.Attribute, ast.Call, ast.Subscript)):
+        root = root.func if isinstance(root, ast.Call) else root.value
+    if isinstance(root, ast.Name) and root.id == name:
+        return False
+    return not any(isinstance(n, ast.Name) and n.id == name for a in (*base.args, *(k.value for k in base.keywords)) for n in ast.walk(a))
+
+
+def _flow(facts: FileFacts, scope, items: list[ModeItem], entry: str) -> ForwardFlow:
+    key = ("module_mode.flow", id(scope), tuple((id(i.node), i.kind, i.order, i.modes) for i in items), entry)
+    return facts.memo(key, lambda: _run_flow(facts, scope, items, entry))
+
+
+def _run_flow(facts: FileFacts, scope, items: list[ModeItem], entry: str) -> ForwardFlow:
+    by_stmt: dict[int, list[ModeItem]] = {}
+    before: dict[int, frozenset] = {}
+    for item in sorted(items, key=lambda i: i.key):
+        if item.order == 0:
+            before[id(item.node)] = item.apply(frozenset({entry}))
+        else:
+            by_stmt.setdefault(id(innermost_statement(facts.parents, item.node)), []).append(item)
+
+    def effect(stmt: ast.stmt, state: frozenset) -> frozenset:
+        for item in by_stmt.get(id(stmt), ()):
+            state = item.apply(state)
+        return state
+
+    body = facts.tree.body if scope is None else getattr(scope, "body", [])
+    if not isinstance(body, list):
+        body = []  # a lambda
+    return ForwardFlow(body, frozenset({entry}), effect, before)
+
+
+def modes_at(facts: FileFacts, scope, point: ast.AST, items: list[ModeItem], entry: str = ENTRY) -> frozenset:
+    """The modes the module can be in when ``point`` runs, on the paths of ``scope``'s control
+    flow that reach it (a loop's later iterations start from what its body's end leaves), with
+    ``items`` as what sets it and ``entry`` as the mode on entry. Empty: no path reaches it."""
+    flow = _flow(facts, scope, items, entry)
+    stmt = innermost_statement(facts.parents, point)
+    if stmt is None or id(stmt) not in flow.at:
+        return frozenset({entry})
+    state = flow.at[id(stmt)]
+    if stmt is point:
+        return state
+    for item in items:  # what the same statement does before ``point`` (`m.eval(); m(x)` on one line)
+        if item.order and item.key < (*pos(point), 1) and innermost_statement(facts.parents, item.node) is stmt:
+            state = item.apply(state)
+    return state
+
+
+_TRAINISH = frozenset({TRAIN, TRAINED, UNSET})
 
 
 def train_at(facts, scope, point: ast.AST, items: list[ModeItem], entry_train: bool) -> bool:
-    """Whether the module is in train mode at ``point`` (see :func:`mode_at`)."""
-    mode = mode_at(facts, scope, point, items)
-    return mode == "train" or (mode == "entry" and entry_train)
+    """Whether the module is in train mode at ``point`` on every path (see :func:`modes_at`);
+    ``entry_train``: the scope is entered in train mode (module-level code, a fresh module)."""
+    return modes_at(facts, scope, point, items) <= (_TRAINISH | {ENTRY} if entry_train else _TRAINISH)
 
 
 def all_train_at(facts, scope, uses, items, entry_train) -> bool:
@@ -592,15 +690,13 @@ def all_train_at(facts, scope, uses, items, entry_train) -> bool:
 
 def not_an_evaluation(facts: FileFacts, func, call: ast.Call, module: str) -> bool:
     """Running ``module`` under no_grad here is not an evaluation whose mode this function
-    owns: batch-norm recalibration, RL acting, a GAN generator sampled (in train mode on
-    purpose), a result that feeds training, autoregressive sampling, a discarded warm-up
-    forward, a submodule of an nn.Module, a class with its own train()/eval() for it."""
+    owns: batch-norm recalibration, RL acting, a result that feeds training, autoregressive
+    sampling, a discarded warm-up forward, a submodule of an nn.Module."""
     from gradfix.analysis.vocabulary import acts_in_environment, caller_owns_mode
 
     return (
         caller_owns_mode(facts, func)
         or bool(RECALIBRATION.search(func.name))
-        or bool(GENERATOR.match(module.rsplit(".", 1)[-1]))
         or acts_in_environment(facts, func)
         or _feeds_training(facts, func)
         or _decoding_loop(facts, func, call)
@@ -609,37 +705,62 @@ def not_an_evaluation(facts: FileFacts, func, call: ast.Call, module: str) -> bo
     )
 
 
-def mode_set_before(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
-    """The program sets the mode of ``names`` before ``node`` runs: this function (a switch
-    before it or in a loop around both, a binding to ``Net().eval()``, a helper it calls that
-    leaves the module in eval mode), an enclosing function, or a caller of this function."""
-    return (
-        mode_api(facts, func, names)
-        or _managed_in_function(facts, func, names, node)
-        or _bound_in_eval(facts, func, names, node)
-        or _left_in_eval_by_call(facts, func, names, node)
-        or _managed_by_enclosing(facts, func, names)
-        or _managed_by_caller(facts, func, names)
-    )
+def sampled_in_train_mode_by_convention(facts: FileFacts, module: str) -> bool:
+    """``module`` is named as a GAN generator (`G`, `netG`, `generator`, `g_ema`) and the file
+    never switches it to eval mode: sampling in train mode may be the author's intent (batch
+    statistics, dropout as noise), so a finding about it cannot say which mode is right."""
+    if not GENERATOR.match(module.rsplit(".", 1)[-1]):
+        return False
+    return not any(s.mode == "eval" and related(s.receiver, module) for s in switches(facts))
+
+
+def train_mode_reaches(facts: FileFacts, func, names: tuple[str, ...], node: ast.AST) -> bool:
+    """On some path to ``node`` the module is in the train mode the file trains it in and
+    nobody here chose: a module built here or left in train mode by a helper (TRAINED), or the
+    caller's mode (ENTRY) unless an enclosing function or a caller sets it first. Never for a
+    class with its own `train()`/`eval()` for the module: its users set the mode through them."""
+    if mode_api(facts, func, names):
+        return False
+    modes = modes_at(facts, func, node, evaluation_items(facts, func, set(names)))
+    if TRAINED in modes:
+        return True
+    return ENTRY in modes and not (_managed_by_enclosing(facts, func, names) or _managed_by_caller(facts, func, names))
 
 
 def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
-    """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file that are
-    not followed by a switch back in the same scope."""
+    """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file whose mode
+    can outlive their scope: on some path from the switch to the scope's end (a `return`
+    included) no switch back of that module (or a related one) runs."""
 
     def compute():
         out: dict[str, list[ast.AST]] = {}
         for scope in [None, *facts.functions]:
+            if isinstance(scope, ast.Lambda):
+                continue
             mine = own_switches(facts, scope)
-            for s in mine:
-                if s.mode != "eval":
-                    continue
-                restored = any(t.mode != "eval" and related(t.receiver, s.receiver) and pos(t.call) > pos(s.call) for t in mine)
-                if not restored:
-                    out.setdefault(s.receiver, []).append(s.call)
-        return out
+            for receiver in dict.fromkeys(s.receiver for s in mine if s.mode == "eval"):
+                out.setdefault(receiver, []).extend(_evals_reaching_exit(facts, scope, receiver, mine))
+        return {m: calls for m, calls in out.items() if calls}
 
     return facts.memo(("module_mode.leaking_evals",), compute)
+
+
+def _evals_reaching_exit(facts: FileFacts, scope, receiver: str, mine: list[Switch]) -> list[ast.Call]:
+    """The `receiver.eval()` calls of ``scope`` that some path carries to its exit: the flow's
+    state is the last such call on the path, or "restored" after a switch back."""
+    by_stmt: dict[int, list[Switch]] = {}
+    for s in sorted(mine, key=lambda s: pos(s.call)):
+        if (s.mode == "eval" and s.receiver == receiver) or (s.mode != "eval" and related(s.receiver, receiver)):
+            by_stmt.setdefault(id(innermost_statement(facts.parents, s.call)), []).append(s)
+
+    def effect(stmt: ast.stmt, state: frozenset) -> frozenset:
+        for s in by_stmt.get(id(stmt), ()):
+            state = frozenset({s.call if s.mode == "eval" else "restored"})
+        return state
+
+    body = facts.tree.body if scope is None else scope.body
+    flow = ForwardFlow(body, frozenset({"entry"}), effect)
+    return sorted((c for c in flow.exit if isinstance(c, ast.Call)), key=pos)
 
 
 # -- what kind of module -----------------------------------------------------------------------
@@ -944,8 +1065,8 @@ def other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
 
 
 def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
-    """The eval at ``node`` sits in a function that the file calls only after its last call of
-    the training function ``scope``, from the same place and outside every loop that calls it
+    """The eval at ``node`` sits in a function that the file calls, from the same place as the
+    training function ``scope``, only where no path leads from it back to a training call
     (`for epoch …: train(…)` then a final `test(…)`): no training step follows it here."""
     if scope is None or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         owner = node
@@ -955,8 +1076,8 @@ def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
         return False
     if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
         return False  # nested defs and methods: who calls them when is not visible here
-    trains = [c for c in facts.calls if _callee(c) == scope.name]
-    evals = [c for c in facts.calls if _callee(c) == owner.name]
+    trains = [c for c in facts.calls if callee_name(c) == scope.name]
+    evals = [c for c in facts.calls if callee_name(c) == owner.name]
     if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
         return False
     callers = {facts.function_of.get(c) for c in trains + evals}
@@ -965,8 +1086,15 @@ def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
     caller = callers.pop()
     if caller is scope or caller is owner:
         return False
-    last_train = max(map(pos, trains))
-    train_loops = {id(l) for c in trains for l in own_loops_around(facts, c, caller)}
-    return all(
-        pos(e) > last_train and not {id(l) for l in own_loops_around(facts, e, caller)} & train_loops for e in evals
-    )
+    # Along the caller's flow: does any path run an evaluation and then a training call?
+    marks = {id(innermost_statement(facts.parents, c)): "trained" for c in trains}
+    marks.update({id(innermost_statement(facts.parents, c)): "evaluated" for c in evals})
+
+    def effect(stmt: ast.stmt, state: frozenset) -> frozenset:
+        mark = marks.get(id(stmt))
+        return frozenset({mark}) if mark else state
+
+    body = facts.tree.body if caller is None else caller.body
+    flow = ForwardFlow(body, frozenset({"entry"}), effect, loops_may_skip=True)
+    statements = {innermost_statement(facts.parents, c) for c in trains}
+    return not any("evaluated" in flow.at.get(id(stmt), frozenset()) for stmt in statements)

@@ -1,16 +1,68 @@
-"""The toggle hack: ``set_grad_enabled(True)`` … ``set_grad_enabled(False)`` inside a
-grad-disabled ``with`` (article §3.2). GF202 rewrites these pairs; GF201 leaves them to it.
+"""Bare grad-mode toggles: ``torch.set_grad_enabled(x)`` called as a statement.
+
+What a toggle is (:func:`bare_toggle`), the names that save the mode to restore it by hand
+(:func:`saved_mode_names`), and the toggle hack: ``set_grad_enabled(True)`` …
+``set_grad_enabled(False)`` inside a grad-disabled ``with`` (article §3.2), which GF202
+rewrites and GF201 leaves to it.
 """
 
 from __future__ import annotations
 
 import ast
-import weakref
 from dataclasses import dataclass
 
 from gradfix.analysis.regions import grad_with_regions
+from gradfix.facts import dotted_name, literal_bool
 
-_PAIRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # facts -> its pairs, found once
+SET_GRAD_ENABLED = "torch.set_grad_enabled"
+
+
+@dataclass
+class Toggle:
+    """A bare ``torch.set_grad_enabled(<arg>)`` statement."""
+
+    stmt: ast.Expr
+    call: ast.Call
+    mode: bool | None  # the literal argument, None when it is not a literal
+    restore: bool = False  # a literal True that ends the toggle before it (a pair's closer)
+
+    @property
+    def arg(self) -> ast.expr:
+        return self.call.args[0] if self.call.args else self.call.keywords[0].value
+
+
+def bare_toggle(facts, call: ast.Call) -> Toggle | None:
+    """``call`` as a toggle when it is ``torch.set_grad_enabled(x)`` (one argument, positional
+    or ``mode=``) standing alone as a statement; not a with-item, decorator or assignment."""
+    stmt = facts.parents.get(call)
+    if not isinstance(stmt, ast.Expr) or stmt.value is not call:
+        return None
+    if facts.call_qualname(call) != SET_GRAD_ENABLED or len(call.args) + len(call.keywords) != 1:
+        return None
+    if call.args:
+        arg = call.args[0]
+        if isinstance(arg, ast.Starred):
+            return None
+    elif call.keywords[0].arg == "mode":
+        arg = call.keywords[0].value
+    else:
+        return None
+    return Toggle(stmt, call, literal_bool(arg))
+
+
+def saved_mode_names(facts) -> set[str]:
+    """Names (``prev``, ``self.prev``) assigned from ``torch.is_grad_enabled()`` in the file: a
+    toggle to one of them restores a mode saved by hand."""
+
+    def compute() -> set[str]:
+        names: set[str] = set()
+        for call in facts.calls:
+            stmt = facts.parents.get(call)
+            if isinstance(stmt, ast.Assign) and stmt.value is call and facts.call_qualname(call) == "torch.is_grad_enabled":
+                names.update(n for n in (dotted_name(t) for t in stmt.targets) if n is not None)
+        return names
+
+    return facts.memo(("toggles.saved_mode_names",), compute)
 
 
 @dataclass
@@ -29,13 +81,8 @@ class TogglePair:
 
 def _toggle_value(facts, stmt: ast.stmt):
     """True/False for a bare ``torch.set_grad_enabled(<literal>)`` statement, else None."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        call = stmt.value
-        if facts.call_qualname(call) == "torch.set_grad_enabled" and len(call.args) + len(call.keywords) == 1:
-            value = call.args[0] if call.args else (call.keywords[0].value if call.keywords[0].arg == "mode" else None)
-            if isinstance(value, ast.Constant) and isinstance(value.value, bool):
-                return value.value
-    return None
+    toggle = bare_toggle(facts, stmt.value) if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) else None
+    return toggle.mode if toggle is not None else None
 
 
 def _toggle_calls(facts, stmts: list[ast.stmt], region_exprs: set[int]) -> set[int]:
@@ -44,7 +91,7 @@ def _toggle_calls(facts, stmts: list[ast.stmt], region_exprs: set[int]) -> set[i
     for stmt in stmts:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Call) and id(node) not in region_exprs:
-                if facts.call_qualname(node) == "torch.set_grad_enabled" or (
+                if facts.call_qualname(node) == SET_GRAD_ENABLED or (
                     isinstance(node.func, ast.Attribute) and node.func.attr == "_set_grad_enabled"
                 ):
                     found.add(id(node))
@@ -99,9 +146,10 @@ def toggle_pairs(facts) -> list[TogglePair]:
     toggle in a ``try``) the mode at an enabling toggle is not known to be off. A nested pair
     must not ``break``/``continue`` past its closing toggle.
     """
-    cache = _PAIRS.get(facts)
-    if cache is not None:
-        return cache
+    return facts.memo(("toggles.toggle_pairs",), lambda: _toggle_pairs(facts))
+
+
+def _toggle_pairs(facts) -> list[TogglePair]:
     region_exprs = {id(r.expr) for r in facts.regions}
     pairs = []
     for node in facts.withs:
@@ -126,7 +174,6 @@ def toggle_pairs(facts) -> list[TogglePair]:
                     start = None
         if ok and found and claimed == toggles:
             pairs.extend(found)
-    _PAIRS[facts] = pairs
     return pairs
 
 

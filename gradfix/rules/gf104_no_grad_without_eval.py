@@ -12,14 +12,15 @@ from gradfix.analysis.insertion import body_start, insert_before, statement_at, 
 from gradfix.analysis.module_mode import (
     forward_target,
     is_descendant,
-    mode_set_before,
     module_sensitivity,
     not_an_evaluation,
     outer_disabled_region,
     pos,
     related,
+    sampled_in_train_mode_by_convention,
     same_object,
     switches,
+    train_mode_reaches,
     trained_evidence,
 )
 from gradfix.analysis.project import FREE
@@ -39,6 +40,7 @@ class EvalGap:
     modules: list[str]  # names to switch, in order of first use
     evidence: list[str]  # why each is in train mode: "trained at line 12", "built at line 3"
     calls: list[ast.Call] = field(default_factory=list)  # every flagged call in the function
+    generators: list[str] = field(default_factory=list)  # modules maybe sampled in train mode on purpose
 
 
 def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
@@ -59,7 +61,7 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
         module, evidence = found
         if is_training_scope(facts, func) or not_an_evaluation(facts, func, call, module):
             continue
-        if mode_set_before(facts, func, (module, target), call):
+        if not train_mode_reaches(facts, func, (module, target), call):
             continue
         gap = gaps.get(func)
         if gap is None:
@@ -68,6 +70,8 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
         if module not in gap.modules:
             gap.modules.append(module)
             gap.evidence.append(evidence)
+            if sampled_in_train_mode_by_convention(facts, module):
+                gap.generators.append(module)
     return sorted(gaps.values(), key=lambda g: pos(g.call))
 
 
@@ -90,10 +94,13 @@ class NoGradWithoutEval(Rule):
     Finds evaluation code: a module called inside `torch.no_grad()` (or `inference_mode()`,
     `set_grad_enabled(False)`, or a function decorated with one of them), in a function that
     is no training scope (no `.backward()`, no optimizer step), while the module is in train
-    mode on some path to that call: the file trains it (`.train()` on it, or a training scope
-    calls it) and nothing sets its mode before the call: no `.eval()` in the function before
-    it (or in a loop around both), no `model = Net().eval()`, no helper called before it that
-    leaves it in eval mode, no enclosing function or caller that switches it first.
+    mode on some path of the function's control flow to that call: the file trains it
+    (`.train()` on it, or a training scope calls it), and on that path nothing sets its mode
+    first: no `.eval()` (an `.eval()` in one branch of an `if` only covers that branch; one at
+    the end of a loop body covers the next iterations, not the first), no
+    `model = Net().eval()`, no helper called before it whose own flow leaves it in eval mode,
+    no enclosing function or caller that switches it first. A module built in the function
+    (`model = Net()`) or left in train mode by a helper is in train mode whatever the caller did.
 
     A module that is mode-free (every layer it builds acts the same in both modes: `Linear`,
     `ReLU`, `Conv2d`, `LayerNorm`, an LSTM without dropout...; judged across the project's
@@ -104,11 +111,18 @@ class NoGradWithoutEval(Rule):
     `on_*` hooks, framework methods such as a LightningModule's, registered hooks, methods of a
     class with its own `train()`/`eval()` for that module, `self.<submodule>` inside an
     nn.Module), batch-norm recalibration (`update_bn`), reinforcement-learning acting (an
-    `act`-like function, or one that steps an environment), GAN generators sampled in train
-    mode on purpose (`G`, `netG`, `generator`), results that feed training (targets, teacher
-    outputs), autoregressive sampling loops (the output becomes the next input), and a forward
-    whose output is thrown away (lazy-parameter initialisation). A call without arguments
-    (`model.get_classifier()`) is no forward; `self.model` of one class is not another's.
+    `act`-like function, or one that steps an environment), results that feed training
+    (targets, teacher outputs), autoregressive sampling loops (the output becomes the next
+    input), and a forward whose output is thrown away (lazy-parameter initialisation). A call
+    without arguments (`model.get_classifier()`) is no forward; `self.model` of one class is
+    not another's, and a submodule switched by hand (`model.encoder.eval()`) means the author
+    manages the modes.
+
+    A GAN generator (`G`, `netG`, `generator`, `g_ema`) that the file never switches to eval
+    mode is reported without a fix: it does run in train mode (batch statistics, dropout on,
+    running statistics updated), but many GAN codebases sample that way on purpose (pix2pix
+    keeps dropout as noise; StarGAN's instance norm gives other images with its running
+    statistics), so only the author can say which mode is right.
 
     ## Why is this bad?
     `no_grad` only stops graph recording; it does not change how layers behave. `model.eval()`
@@ -234,12 +248,6 @@ class NoGradWithoutEval(Rule):
             "            return self.online(s).max(1)[0]\n\n    def learn(self, s, y):\n"
             "        (self.online(s) - y).pow(2).mean().backward()\n        self.opt.step()\n\n"
             "    def train(self):\n        self.online.train()\n\n    def eval(self):\n        self.online.eval()\n"
-        ),
-        # a GAN generator sampled under no_grad: train-mode sampling is usual and deliberate
-        Valid(
-            "import torch\nclass Solver:\n    def train(self, x, z):\n        self.G.train()\n"
-            "        self.D(self.G(z)).mean().backward()\n        self.g_opt.step()\n\n    def test(self, z):\n"
-            "        with torch.no_grad():\n            return self.G(z)\n"
         ),
         # the result is a training target (an RL bootstrap target, a teacher's output)
         Valid(
@@ -415,6 +423,15 @@ class NoGradWithoutEval(Rule):
             "    finally:\n        model.train(was_training)\n",
             options={"style": "restore"},
         ),
+        # a GAN generator sampled under no_grad and never switched to eval in the file: it runs
+        # in train mode (reported), but that may be the author's intent (StarGAN samples with
+        # instance-norm batch statistics), so no fix says which mode is right
+        Invalid(
+            "import torch\nclass Solver:\n    def train(self, x, z):\n        self.G.train()\n"
+            "        self.D(self.G(z)).mean().backward()\n        self.g_opt.step()\n\n    def test(self, z):\n"
+            "        with torch.no_grad():\n            return self.G(z)\n",
+            None,
+        ),
     ]
 
     def check(self, facts):
@@ -434,6 +451,10 @@ class NoGradWithoutEval(Rule):
                 target, last = _wrap_range(facts, gap)
                 anchors = [region.owner]
                 spot = "before the block"
+            if gap.generators:
+                no_fix = "no fix: a GAN generator may sample in train mode on purpose"
+                yield self.report(facts, gap.call, f"{message}; {no_fix}", anchors=anchors, fix=False)
+                continue
             late = _bound_from(facts, gap.func, gap.modules, target)
             if late is not None:
                 yield self.report(facts, gap.call, f"{message}; no fix: `{late}` is bound after the place for `.eval()`", anchors=anchors, fix=False)

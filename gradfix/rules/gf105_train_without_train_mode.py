@@ -7,9 +7,9 @@ import ast
 from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
-    _callee,
     all_train_at,
     built_here,
+    callee_name,
     constructed,
     evaluated_after_training,
     forward_target,
@@ -42,8 +42,13 @@ class TrainWithoutTrainMode(Rule):
     `model.train(False)` call, named in the message with its line), without calling
     `<module>.train()` where every training step is reached after it: in the function, or
     inside the epoch loop when the loop evaluates (`for epoch …: train steps …;
-    evaluate(model)`). It reports what the file does: an evaluation that lacks `.eval()` is
-    GF104's, and once GF104's fix has put a `.eval()` in the file, GF105 reports the loops.
+    evaluate(model)`). Both are questions about the function's control flow: the eval mode
+    reaches a step on some path (an `.eval()` or an evaluation helper later in the epoch loop
+    reaches the next epoch's steps), and an `.eval()` counts when some path carries it to the
+    end of its scope (an early `return` before the switch back; a `finally` that restores the
+    mode covers every way out). It reports what the file does: an evaluation that lacks
+    `.eval()` is GF104's, and once GF104's fix has put a `.eval()` in the file, GF105 reports
+    the loops.
 
     ## Why is this bad?
     `.eval()` sticks: after the first evaluation every later training step runs with dropout
@@ -400,7 +405,7 @@ class TrainWithoutTrainMode(Rule):
         if scope is None:
             return False
         for call in facts.calls:
-            if _callee(call) != scope.name or facts.function_of.get(call) is scope:
+            if callee_name(call) != scope.name or facts.function_of.get(call) is scope:
                 continue
             caller = facts.function_of.get(call)
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 from gradfix.lazy import cst
 
-from gradfix.analysis.toggles import hack_statements
-from gradfix.facts import FileFacts, dotted_name, literal_bool
+from gradfix.analysis.insertion import body_start
+from gradfix.analysis.scripts import entry_point, generator_functions, under_main_guard
+from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, saved_mode_names
+from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
 
-SET_GRAD_ENABLED = "torch.set_grad_enabled"
 _CONDITIONAL_PARENTS = (ast.If, ast.ExceptHandler, ast.match_case)
 # Decorators a grad decorator can safely sit under (it goes innermost, next to ``def``).
 _PLAIN_DECORATORS = {"staticmethod", "classmethod"}
@@ -24,16 +25,6 @@ _STATE_SETTERS = re.compile(
     r"^(__init__|__post_init__|(re)?set(up)?|set_up|init\w*|configure\w*|prepare\w*|on_\w+|start\w*|begin\w*"
     r"|reset_\w+|setup_\w+|\w+_(start|begin|mode|setup))$"
 )
-
-_ENTRY_NAME = re.compile(r"^(_?main(_\w+)?|\w+_main)$")
-
-
-@dataclass
-class _Toggle:
-    stmt: ast.Expr
-    call: ast.Call
-    mode: bool | None  # literal argument, None when not a literal
-    restore: bool = False  # a literal True that ends the toggle before it (a pair's closer)
 
 
 @dataclass(frozen=True)
@@ -534,10 +525,10 @@ class GlobalGradToggle(Rule):
 
     # -- detection ------------------------------------------------------------------------
     def check(self, facts: FileFacts):
-        by_block: dict[tuple[int, str], list[_Toggle]] = {}
+        by_block: dict[tuple[int, str], list[Toggle]] = {}
         owners: dict[tuple[int, str], tuple[ast.AST, list[ast.stmt]]] = {}
         for call in facts.calls:
-            toggle = _bare_toggle(facts, call)
+            toggle = bare_toggle(facts, call)
             if toggle is None:
                 continue
             parent = facts.parents.get(toggle.stmt)
@@ -549,7 +540,7 @@ class GlobalGradToggle(Rule):
             owners[key] = (parent, getattr(parent, field))
         if not by_block:
             return
-        generators = _generator_functions(facts)
+        generators = generator_functions(facts)
         # The toggle hack is GF202's while GF202 runs; with GF202 ignored it is a toggle like any other.
         hack = hack_statements(facts, [(t.stmt, t.mode) for ts in by_block.values() for t in ts])
         excluded = hack if self.defers_to("GF202") else set()
@@ -572,7 +563,7 @@ class GlobalGradToggle(Rule):
             yield from self._check_block(facts, func, parent, key[1], block, toggles, verdict)
 
     def _report_module_level(self, facts, parent, toggles):
-        if _under_main_guard(facts, toggles[0].stmt):
+        if under_main_guard(facts, toggles[0].stmt):
             return
         if facts.path.endswith(".ipynb"):
             return  # a notebook's top level is the script itself: nothing imports it
@@ -614,7 +605,7 @@ class GlobalGradToggle(Rule):
                     closer = i + 1
             units.append((i, closer))
             i = closer + 1 if closer is not None else i + 1
-        if reason is None and units and all(closer is None for _, closer in units) and _entry_point(facts, func):
+        if reason is None and units and all(closer is None for _, closer in units) and entry_point(facts, func):
             # The program's entry point (`main`, run only from the `__main__` guard): the mode
             # it sets is the whole script's on purpose, like a toggle under the guard itself.
             return
@@ -640,7 +631,7 @@ class GlobalGradToggle(Rule):
             decorator = (
                 len(toggles) == 1
                 and block is func.body
-                and positions[0] == _first_code_index(block)
+                and opener.stmt is body_start(block)
                 and opener.mode is not None
                 and _decorator_ok(facts, func, opener.call)
             )
@@ -761,29 +752,6 @@ class GlobalGradToggle(Rule):
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _bare_toggle(facts: FileFacts, call: ast.Call) -> _Toggle | None:
-    stmt = facts.parents.get(call)
-    if not isinstance(stmt, ast.Expr) or stmt.value is not call:
-        return None
-    if facts.call_qualname(call) != SET_GRAD_ENABLED:
-        return None
-    if len(call.args) + len(call.keywords) != 1:
-        return None
-    if call.args:
-        arg = call.args[0]
-        if isinstance(arg, ast.Starred):
-            return None
-    elif call.keywords[0].arg == "mode":
-        arg = call.keywords[0].value
-    else:
-        return None
-    return _Toggle(stmt, call, literal_bool(arg))
-
-
-def _toggle_arg(call: ast.Call) -> ast.expr:
-    return call.args[0] if call.args else call.keywords[0].value
-
-
 def _field_of(parent: ast.AST | None, stmt: ast.stmt) -> str | None:
     if parent is None:
         return None
@@ -793,14 +761,6 @@ def _field_of(parent: ast.AST | None, stmt: ast.stmt) -> str | None:
     return None
 
 
-def _generator_functions(facts: FileFacts) -> set[ast.AST]:
-    out = set()
-    for node, func in facts.function_of.items():
-        if func is not None and isinstance(node, (ast.Yield, ast.YieldFrom)):
-            out.add(func)
-    return out
-
-
 def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
     """"silent", a reason to report without a fix, or None (fixable)."""
     if func.name in _HAND_MADE_CONTEXT_METHODS:
@@ -808,12 +768,12 @@ def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
     toggles = []
     for stmt in facts.statements(func):
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            toggle = _bare_toggle(facts, stmt.value)
+            toggle = bare_toggle(facts, stmt.value)
             if toggle is not None:
                 toggles.append(toggle)
-    saved_modes = _saved_mode_names(facts)
+    saved_modes = saved_mode_names(facts)
     for t in toggles:
-        if dotted_name(_toggle_arg(t.call)) in saved_modes:
+        if dotted_name(t.arg) in saved_modes:
             return "silent"  # the mode saved with torch.is_grad_enabled() is restored by hand
     if isinstance(func, ast.AsyncFunctionDef):
         return "in an `async def` the mode would be scoped across `await`s differently"
@@ -828,20 +788,6 @@ def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
                 return "the function restores the mode by hand in `except`/`finally`"
             node, parent = parent, facts.parents.get(parent)
     return None
-
-
-def _saved_mode_names(facts: FileFacts) -> set[str]:
-    """Names (``prev``, ``self.prev``) assigned from ``torch.is_grad_enabled()`` in the file."""
-    cached = facts.__dict__.get("_gf201_saved_modes")
-    if cached is not None:
-        return cached
-    names: set[str] = set()
-    for call in facts.calls:
-        stmt = facts.parents.get(call)
-        if isinstance(stmt, ast.Assign) and stmt.value is call and facts.call_qualname(call) == "torch.is_grad_enabled":
-            names.update(n for n in (dotted_name(t) for t in stmt.targets) if n is not None)
-    facts.__dict__["_gf201_saved_modes"] = names
-    return names
 
 
 def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:
@@ -873,13 +819,6 @@ def _contained(facts: FileFacts, parent, field, block) -> bool:
     return False
 
 
-def _first_code_index(block: list[ast.stmt]) -> int:
-    first = block[0]
-    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        return 1
-    return 0
-
-
 def _decorator_ok(facts: FileFacts, func, call: ast.Call) -> bool:
     for dec in func.decorator_list:
         if not (isinstance(dec, ast.Name) and dec.id in _PLAIN_DECORATORS):
@@ -893,7 +832,7 @@ def _decorator_ok(facts: FileFacts, func, call: ast.Call) -> bool:
     return facts.resolve_name(head.id, func) == facts.resolve_name(head.id, call)
 
 
-def _scoped_text(facts: FileFacts, t: _Toggle) -> str:
+def _scoped_text(facts: FileFacts, t: Toggle) -> str:
     if t.mode is None:
         return facts.segment(t.call)
     func = t.call.func
@@ -902,38 +841,6 @@ def _scoped_text(facts: FileFacts, t: _Toggle) -> str:
     else:
         prefix = min(facts.torch_module_names(), default="torch")
     return f"{prefix}.{'enable_grad' if t.mode else 'no_grad'}()"
-
-
-def _under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
-    node = facts.parents.get(stmt)
-    while node is not None:
-        if isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test):
-            return True
-        node = facts.parents.get(node)
-    return False
-
-
-def _entry_point(facts: FileFacts, func) -> bool:
-    """A module-level function that the file uses only under its `__main__` guard (`main(args)`,
-    `fire.Fire(main)`, `mp.spawn(main_worker, ...)`): what it leaks, nothing runs after."""
-    # The conventional name too: a `validate(model, loader)` smoke-tested under the guard is
-    # still a library function other modules import.
-    if not isinstance(facts.parents.get(func), ast.Module) or not _ENTRY_NAME.match(func.name):
-        return False
-    uses = [
-        n
-        for n in ast.walk(facts.tree)
-        if isinstance(n, ast.Name) and n.id == func.name and isinstance(n.ctx, ast.Load)
-    ]
-    if not uses:
-        return False
-    for n in uses:
-        stmt = n
-        while stmt is not None and not isinstance(stmt, ast.stmt):
-            stmt = facts.parents.get(stmt)
-        if stmt is None or not _under_main_guard(facts, stmt) or facts.enclosing_function(stmt) is not None:
-            return False
-    return True
 
 
 def _cst_literal_bool(call: cst.Call) -> bool | None:

@@ -8,6 +8,7 @@ from typing import Sequence
 from gradfix.lazy import cst
 
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
+from gradfix.analysis.module_mode import evaluated_at
 from gradfix.analysis.statements import (
     around_run,
     can_wrap,
@@ -100,39 +101,6 @@ def _unresolved_grad_context(facts: FileFacts, func) -> bool:
                 if last in ("no_grad", "inference_mode", "set_grad_enabled") and facts.qualname(expr) is None:
                     return True
     return False
-
-
-def _fresh_bindings(func, receivers: set[str]) -> list[tuple]:
-    """``(position, "bind", receiver, node)`` for each assignment in ``func`` that binds one of
-    ``receivers`` to another object (``norm = Normalizer()``: a new module, in training mode).
-    ``model = model.eval()`` / ``model = model.to(dev)`` return the same module: not fresh."""
-    out = []
-    for node in own_nodes(func):
-        if isinstance(node, ast.Assign):
-            targets, value = node.targets, node.value
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-            targets, value = [node.target], node.value
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.withitem)):
-            targets = [node.target if not isinstance(node, ast.withitem) else node.optional_vars]
-            value = None
-        else:
-            continue
-        for target in targets:
-            for element in ast.walk(target) if target is not None else ():
-                name = dotted_name(element) if isinstance(element, (ast.Name, ast.Attribute)) else None
-                if name not in receivers or not isinstance(getattr(element, "ctx", None), ast.Store):
-                    continue
-                root = value
-                while isinstance(root, (ast.Call, ast.Attribute)):
-                    if dotted_name(root) == name:
-                        break
-                    root = root.func if isinstance(root, ast.Call) else root.value
-                if value is not None and root is not None and dotted_name(root) == name:
-                    continue  # the same module, returned by one of its own methods
-                if isinstance(value, ast.Call) and any(dotted_name(a) == name for a in value.args):
-                    continue  # a wrapper of the same module: `torch.jit.script(model)`, `DataParallel(model)`
-                out.append(((node.lineno, node.col_offset), "bind", name, node))
-    return out
 
 
 def _sets_up(stmt: ast.stmt) -> bool:
@@ -648,8 +616,7 @@ class EvalWithoutNoGrad(Rule):
                 continue
             if _grad_off_decorator(func) or _unresolved_grad_context(facts, func):
                 continue
-            events = switches + _fresh_bindings(func, {s[2] for s in switches})
-            calls = self._forward_calls_in_eval_mode(facts, func, sorted(events, key=lambda s: s[0]))
+            calls = self._forward_calls_in_eval_mode(facts, func, {s[2] for s in switches})
             if not calls or _uses_grad_checkpointing(facts, func):
                 continue
             callers = self._calls_by_name(facts) if callers is None else callers
@@ -713,22 +680,15 @@ class EvalWithoutNoGrad(Rule):
         return out
 
     @staticmethod
-    def _forward_calls_in_eval_mode(facts, func, switches) -> list[ast.Call]:
-        """Calls ``m(...)`` in ``func``, outside any grad region, after ``m.eval()`` with no
-        ``m.train()`` nor a fresh binding of ``m`` in between (by source position).
-        ``switches`` are sorted by position."""
-        receivers = {s[2] for s in switches}
+    def _forward_calls_in_eval_mode(facts, func, receivers: set[str]) -> list[ast.Call]:
+        """Calls ``m(...)`` in ``func``, outside any grad region, that some path reaches with ``m``
+        (one of ``receivers``) in the eval mode ``func`` set (gradfix/analysis/module_mode.py):
+        not after an ``m.train()`` or a fresh binding of ``m`` on every path since."""
         found = []
         for node in own_nodes(func):
-            if not isinstance(node, ast.Call):
-                continue
-            receiver = dotted_name(node.func)
-            if receiver not in receivers:
-                continue
-            here = (node.lineno, node.col_offset)
-            before = [s[1] for s in switches if s[2] == receiver and s[0] < here]
-            if before and before[-1] == "eval" and not facts.regions_around(node):
-                found.append(node)
+            if isinstance(node, ast.Call) and dotted_name(node.func) in receivers and not facts.regions_around(node):
+                if evaluated_at(facts, func, dotted_name(node.func), node):
+                    found.append(node)
         return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 
     def fix(self, finding, ctx):

@@ -9,6 +9,7 @@ from gradfix.lazy import cst
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Option, Rule, Valid
+from gradfix.analysis.flow import always_ran_before
 from gradfix.analysis.statements import is_within
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -426,7 +427,7 @@ class LossAccumulatesGraph(Rule):
                 call, scalar = matches[0]
                 if _rebound_between(loop, name.id, call, stmt) or _reset_every_iteration(facts, loops[0], acc, stmt):
                     return None
-                if not any(_dominates(facts, c, stmt, loop) for c, _ in matches) and _bound_to_plain_value(facts, stmt, name.id):
+                if not any(always_ran_before(facts.parents, loop.body, c, stmt) for c, _ in matches) and _bound_to_plain_value(facts, stmt, name.id):
                     # `loss = 0.0` ... `if cond: loss = crit(..); loss.backward()` ... `acc += loss`:
                     # `loss` may still be a float here, and `0.0.detach()` would raise.
                     return None
@@ -517,30 +518,6 @@ def _reset_every_iteration(facts, loop: ast.AST, acc: str, stmt: ast.stmt) -> bo
             if current is loop:
                 return True
     return False
-
-
-_CONDITIONAL = (ast.If, ast.IfExp, ast.BoolOp, ast.For, ast.AsyncFor, ast.While, ast.ExceptHandler, *_SCOPES)
-if hasattr(ast, "match_case"):
-    _CONDITIONAL = (*_CONDITIONAL, ast.match_case)
-
-
-def _dominates(facts, call: ast.AST, stmt: ast.stmt, loop: ast.AST) -> bool:
-    """Whether every pass through ``loop``'s body that reaches ``stmt`` ran ``call``'s branch:
-    no ``if``/inner loop/``except`` holds ``call`` without holding ``stmt`` in the same arm."""
-    child, node = call, facts.parents.get(call)
-    while node is not None and node is not loop:
-        if isinstance(node, _CONDITIONAL):
-            arm = next((f for f in ("body", "orelse", "handlers", "finalbody") if _holds(facts, getattr(node, f, None), child)), None)
-            if arm is None or not _holds(facts, getattr(node, arm), stmt):
-                return False
-        child, node = node, facts.parents.get(node)
-    return node is loop
-
-
-def _holds(facts, block, node: ast.AST) -> bool:
-    if not isinstance(block, list):
-        return False
-    return any(is_within(facts, node, s) for s in block)
 
 
 def _bound_to_plain_value(facts, stmt: ast.stmt, name: str) -> bool:

@@ -1,0 +1,47 @@
+"""What runs as the program itself: code under ``if __name__ == "__main__":`` and the entry
+point it calls. A mode that such code sets globally is the whole script's on purpose."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from gradfix.facts import FileFacts
+
+_ENTRY_NAME = re.compile(r"^(_?main(_\w+)?|\w+_main)$")
+
+
+def under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
+    node = facts.parents.get(stmt)
+    while node is not None:
+        if isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test):
+            return True
+        node = facts.parents.get(node)
+    return False
+
+
+def entry_point(facts: FileFacts, func) -> bool:
+    """A module-level function that the file uses only under its `__main__` guard (`main(args)`,
+    `fire.Fire(main)`, `mp.spawn(main_worker, ...)`): what it leaks, nothing runs after."""
+    # The conventional name too: a `validate(model, loader)` smoke-tested under the guard is
+    # still a library function other modules import.
+    if not isinstance(facts.parents.get(func), ast.Module) or not _ENTRY_NAME.match(func.name):
+        return False
+    uses = [n for n in ast.walk(facts.tree) if isinstance(n, ast.Name) and n.id == func.name and isinstance(n.ctx, ast.Load)]
+    if not uses:
+        return False
+    for n in uses:
+        stmt = n
+        while stmt is not None and not isinstance(stmt, ast.stmt):
+            stmt = facts.parents.get(stmt)
+        if stmt is None or not under_main_guard(facts, stmt) or facts.enclosing_function(stmt) is not None:
+            return False
+    return True
+
+
+def generator_functions(facts: FileFacts) -> set[ast.AST]:
+    """Functions that ``yield``: their body runs in pieces, between the caller's statements."""
+    return facts.memo(
+        ("scripts.generator_functions",),
+        lambda: {f for n, f in facts.function_of.items() if f is not None and isinstance(n, (ast.Yield, ast.YieldFrom))},
+    )
