@@ -1,0 +1,160 @@
+"""Where GF302 and GF304 put their `no_grad` (one helper, analysis/insertion.plan_no_grad):
+the same shapes get the same placement, and the conservative cases stay narrow."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from gradfix import Settings, check, fix
+
+
+def _fix(code: str, rule: str, source_bytes: bool = False):
+    settings = Settings(select=(rule,), unsafe_fixes=True)
+    src = textwrap.dedent(code).lstrip("\n")
+    fixed = fix(src, "<test>", settings)
+    assert fix(fixed, "<test>", settings) == fixed, "not idempotent"
+    compile(fixed, "<test>", "exec")
+    return fixed
+
+
+# The same shape for both rules: statements needing no_grad in the branches of an `if` inside
+# a loop, and in two consecutive loops separated by logging.
+SHAPES = {
+    "GF304": (
+        """
+        import torch
+        def f(model, log):
+            for m in model.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.data.zero_()
+                elif isinstance(m, torch.nn.Conv2d):
+                    m.bias.data.zero_()
+            print("init")
+            for p in model.parameters():
+                p.data.mul_(2)
+            log.write("done")
+        """
+    ),
+    "GF302": (
+        """
+        import torch
+        def f(model, xs, log):
+            model.eval()
+            for x in xs:
+                if x.dim() == 2:
+                    log.append(model(x))
+                elif x.dim() == 3:
+                    log.append(model(x[0]))
+            print("half")
+            for x in xs:
+                log.append(model(x))
+            log.write("done")
+        """
+    ),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(SHAPES))
+def test_one_with_around_if_branches_and_consecutive_loops(rule):
+    fixed = _fix(SHAPES[rule], rule)
+    assert fixed.count("no_grad()") == 1, fixed
+    lines = fixed.splitlines()
+    with_line = next(i for i, l in enumerate(lines) if "with torch.no_grad():" in l)
+    assert lines[with_line + 1].strip().startswith("for ")
+    printed = next(l for l in lines if 'print("' in l)
+    assert printed.startswith(" " * 8 + "print"), fixed  # inside the one block
+    assert lines[-1].strip() == 'log.write("done")' and lines[-1].startswith("    log")
+
+
+@pytest.mark.parametrize("rule", sorted(SHAPES))
+def test_decorated_when_the_whole_body_would_be_wrapped(rule):
+    code = SHAPES[rule].replace('    log.write("done")\n', "")
+    fixed = _fix(code, rule)
+    assert fixed.count("no_grad()") == 1 and "@torch.no_grad()\ndef f(" in fixed, fixed
+
+
+def test_gf304_loop_with_a_forward_pass_is_not_wrapped_whole():
+    fixed = _fix(
+        """
+        import torch
+        def train(model, loader, opt):
+            for x in loader:
+                loss = model(x).sum()
+                if loss.item() > 10:
+                    for p in model.parameters():
+                        p.data.mul_(0.5)
+                loss.backward()
+                opt.step()
+        """,
+        "GF304",
+    )
+    assert "@torch.no_grad()" not in fixed
+    body = fixed.split("for x in loader:\n", 1)[1]
+    assert body.startswith("        loss = model(x).sum()\n        if loss.item() > 10:\n            with torch.no_grad():\n"), fixed
+
+
+def test_gf304_writes_in_only_one_branch_next_to_a_forward_wrap_that_branch():
+    fixed = _fix(
+        """
+        import torch
+        def step(model, x, reset):
+            if reset:
+                model.weight.data.zero_()
+                model.bias.data.zero_()
+            else:
+                y = model(x)
+                y.sum().backward()
+        """,
+        "GF304",
+    )
+    assert "    if reset:\n        with torch.no_grad():\n            model.weight.zero_()\n            model.bias.zero_()\n    else:\n        y = model(x)\n" in fixed, fixed
+
+
+def test_gf304_a_returned_tensor_computed_next_to_the_writes_keeps_the_function_undecorated():
+    fixed = _fix(
+        """
+        import torch
+        def shrink(w):
+            w.data.mul_(0.5)
+            return w * 2
+        """,
+        "GF304",
+    )
+    assert "@torch.no_grad()" not in fixed and "    with torch.no_grad():\n        w.mul_(0.5)\n    return w * 2\n" in fixed
+
+
+def test_comments_blank_lines_and_crlf_are_kept_when_a_loop_goes_in_whole():
+    src = (
+        "import torch\r\n\r\n"
+        "def init(model, log):\r\n"
+        "    # weights first\r\n"
+        "    for m in model.modules():  # every module\r\n"
+        "        if isinstance(m, torch.nn.Linear):\r\n"
+        "\r\n"
+        "            m.weight.data.zero_()  # zero\r\n"
+        "        # nothing else\r\n"
+        "    log.write('x')\r\n"
+    )
+    settings = Settings(select=("GF304",), unsafe_fixes=True)
+    fixed = fix(src, "<test>", settings)
+    assert fixed == (
+        "import torch\r\n\r\n"
+        "def init(model, log):\r\n"
+        "    # weights first\r\n"
+        "    with torch.no_grad():\r\n"
+        "        for m in model.modules():  # every module\r\n"
+        "            if isinstance(m, torch.nn.Linear):\r\n"
+        "\r\n"
+        "                m.weight.zero_()  # zero\r\n"
+        "            # nothing else\r\n"
+        "    log.write('x')\r\n"
+    )
+    assert fix(fixed, "<test>", settings) == fixed
+
+
+def test_gf304_one_finding_per_block():
+    code = textwrap.dedent(SHAPES["GF304"]).lstrip("\n")
+    findings = [f for f in check(code, "<test>", Settings(select=("GF304",), unsafe_fixes=True))]
+    assert len(findings) == 1 and "3 writes" in findings[0].message
