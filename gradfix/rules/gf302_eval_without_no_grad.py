@@ -208,8 +208,10 @@ class EvalWithoutNoGrad(Rule):
     per statement inside a loop; outside loops, around the smallest run of consecutive
     statements that holds them (the statement that holds them all when they sit in different
     branches). Statements between the calls stay in the block only when they post-process the
-    outputs (`z = z.round()`); unrelated work between them (saving a checkpoint, loading another
-    model) splits the block in two, so it keeps running with grad mode on. Runs that contain
+    outputs (`z = z.round()`) or only log (`print(..)`, a logger call: two loops with a `print`
+    between share one `with`); unrelated work between them (saving a checkpoint, loading another
+    model) splits the block in two, so it keeps running with grad mode on. The placement is the
+    one GF304 uses (`gradfix/analysis/insertion.py`). Runs that contain
     `yield`/`await` are reported without a fix (the mode would leak while suspended). A file
     with a bare `torch.set_grad_enabled(...)` statement is skipped: the mode at the calls is
     decided at run time (GF201 reports the toggle). Functions under a decorator of the
@@ -561,6 +563,32 @@ class EvalWithoutNoGrad(Rule):
                             hits.append((out.argmax(1) == y).sum().item())
                 log.write(str(sum(hits)))
                 return hits
+            """,
+        ),
+        # Two loops with only logging between them: one `with` around both.
+        Invalid(
+            """
+            import torch
+            def compare(model, val, test, log):
+                model.eval()
+                for x in val:
+                    log.append(model(x))
+                print("val done")
+                for x in test:
+                    log.append(model(x))
+                log.flush()
+            """,
+            """
+            import torch
+            def compare(model, val, test, log):
+                model.eval()
+                with torch.no_grad():
+                    for x in val:
+                        log.append(model(x))
+                    print("val done")
+                    for x in test:
+                        log.append(model(x))
+                log.flush()
             """,
         ),
         # The decorator goes under `@staticmethod`, closest to the `def`.
