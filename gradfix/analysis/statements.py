@@ -9,6 +9,7 @@ unwrap a ``with`` while keeping every comment.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Callable, Sequence
 
 from gradfix.lazy import cst
@@ -107,6 +108,8 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
         return False
     if any(facts.line_text(s.lineno).encode("utf-8")[: s.col_offset].strip() for s in run):
         return False
+    if crosses_notebook_cell(facts, run[0], run[-1]):
+        return False
     for stmt in run:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return False
@@ -114,6 +117,18 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
             if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
                 return False
     return True
+
+
+# The marker line `gradfix.notebook.VirtualModule.marker` puts before each cell of a notebook.
+_CELL_MARKER = re.compile(r"^# gradfix-notebook-cell \S+ \d+$")
+
+
+def crosses_notebook_cell(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
+    """Whether the run ``first``..``last`` of a notebook's virtual module spans two cells: one
+    block cannot hold statements of two cells."""
+    if not facts.path.endswith(".ipynb"):
+        return False
+    return any(_CELL_MARKER.match(facts.line_text(n)) for n in range(first.lineno + 1, last.end_lineno + 1))
 
 
 def wrap_in_no_grad(

@@ -158,3 +158,33 @@ def test_gf304_one_finding_per_block():
     code = textwrap.dedent(SHAPES["GF304"]).lstrip("\n")
     findings = [f for f in check(code, "<test>", Settings(select=("GF304",), unsafe_fixes=True))]
     assert len(findings) == 1 and "3 writes" in findings[0].message
+
+
+def test_a_block_never_spans_two_notebook_cells(tmp_path, capsys, monkeypatch):
+    """Writes in two cells with only an assignment between them: one `with` per cell (a block
+    across cells cannot be mapped back), and both are fixed."""
+    import json
+
+    from gradfix.cli import main
+
+    cells = [
+        "import torch\nmodel = torch.nn.Embedding(4, 2)\nmodel.weight.data.copy_(torch.ones(4, 2))",
+        "UNK = 0\nmodel.weight.data[UNK] = torch.zeros(2)",
+    ]
+    document = {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": s} for i, s in enumerate(cells)],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(document))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["check", "--apply", "--unsafe-fixes", "--select", "GF304", "nb.ipynb"])
+    capsys.readouterr()
+    sources = [c["source"] for c in json.loads(path.read_text())["cells"]]
+    assert sources == [
+        "import torch\nmodel = torch.nn.Embedding(4, 2)\nwith torch.no_grad():\n    model.weight.copy_(torch.ones(4, 2))",
+        "UNK = 0\nwith torch.no_grad():\n    model.weight[UNK] = torch.zeros(2)",
+    ]
