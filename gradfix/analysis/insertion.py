@@ -14,8 +14,9 @@ from typing import Callable, Sequence
 
 from gradfix.lazy import cst
 
-from gradfix.analysis.statements import around_run, can_wrap, is_within, own_nodes, statement_block
-from gradfix.facts import FileFacts, bound_names
+from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
+from gradfix.analysis.statements import around_run, can_wrap, is_elif, is_within, own_nodes, statement_block
+from gradfix.facts import FileFacts
 
 
 def body_start(stmts: list[ast.stmt]) -> ast.stmt:
@@ -133,6 +134,7 @@ def _widen(facts, func, groups, joinable, header_ok, through_loops: bool) -> lis
     """The runs that hold ``groups`` once every enclosing ``if``/loop whose other statements
     may join goes in whole (loops go in, but only ``through_loops`` beyond them)."""
     chosen = {s for g in groups for s in g}
+    formed: dict[ast.stmt, set[ast.stmt]] = {}  # a statement that went in whole -> what it replaced
     changed = True
     while changed:
         changed = False
@@ -147,11 +149,18 @@ def _widen(facts, func, groups, joinable, header_ok, through_loops: bool) -> lis
             children = _children(parent)
             if not all(c in chosen or joinable(c) for c in children):
                 continue
-            if not header_ok(parent) or not can_wrap(facts, [parent]):
+            if not header_ok(parent) or not (is_elif(facts, parent) or can_wrap(facts, [parent])):
                 continue
+            formed[parent] = chosen & set(children)
             chosen -= set(children)
             chosen.add(parent)
             changed = True
+    # An `elif` only goes in with the `if` it belongs to: where that did not happen, its own
+    # pieces are wrapped instead.
+    while elifs := [s for s in chosen if is_elif(facts, s)]:
+        for stmt in elifs:
+            chosen.discard(stmt)
+            chosen |= formed.get(stmt, set())
     by_block: dict[tuple[int, str], tuple[list[ast.stmt], list[int]]] = {}
     for stmt in chosen:
         where = statement_block(facts, stmt)
@@ -174,20 +183,28 @@ def _widen(facts, func, groups, joinable, header_ok, through_loops: bool) -> lis
 
 
 def _leaks(facts, func, run: Sequence[ast.stmt], original: set[ast.stmt]) -> bool:
-    """Whether a name bound by a joined statement of ``run`` (not a loop target, not one of
-    the ``original`` statements) is read outside ``run`` in ``func``."""
-    bound: set[str] = set()
-    for stmt in run:
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and not any(
-                is_within(facts, node, o) for o in original
-            ):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                bound.update(n for t in targets for n in bound_names(t))
-    if not bound:
+    """Whether a value that a joined statement of ``run`` binds (not a loop target, not one of
+    the ``original`` statements) may be read outside ``run``: a read there that an assignment
+    inside may reach (:class:`~gradfix.analysis.provenance.ReachingDefinitions`)."""
+    joined = [
+        node
+        for stmt in run
+        for node in ast.walk(stmt)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
+        and not any(is_within(facts, node, o) for o in original)
+    ]
+    if not joined:
         return False
-    scope = own_nodes(func) if func is not None else list(ast.walk(facts.tree))
-    return any(
-        isinstance(n, ast.Name) and n.id in bound and isinstance(n.ctx, ast.Load) and not any(is_within(facts, n, s) for s in run)
-        for n in scope
-    )
+    flow = reaching_definitions(facts, func)
+    for read, definitions in flow.reaching.items():
+        if any(is_within(facts, read, s) for s in run):
+            continue
+        for definition in definitions:
+            if definition is UNKNOWN:
+                continue
+            binder = definition.node if isinstance(definition.node, ast.stmt) else facts.parents.get(definition.node)
+            while binder is not None and not isinstance(binder, (ast.stmt, ast.NamedExpr)):
+                binder = facts.parents.get(binder)
+            if binder is not None and any(binder is j or is_within(facts, binder, j) for j in joined):
+                return True
+    return False

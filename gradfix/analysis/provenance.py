@@ -327,16 +327,18 @@ def _bound_by(stmt: ast.stmt) -> list[str]:
 
 
 def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
-    """Names whose binding something else may change between two statements: declared
-    ``global``/``nonlocal`` in the function or in a function nested in it, bound in a nested
-    function, or (at module level) named in any function of the file."""
+    """Names whose binding or object something else may reach between two statements:
+    declared ``global``/``nonlocal`` in the function or in a function nested in it, or (at
+    module level) read by a function of the file as a global (not a name of its own)."""
     root = facts.tree if func is None else func
     out: set[str] = set()
     for node in ast.walk(root):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             out.update(node.names)
-        elif node is not root and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and func is None:
-            out.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        elif func is None and node is not root and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            scope = facts.scope_of_node.get(node)
+            own = scope.locals | set(scope.imports) if scope is not None else set()
+            out.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in own)
     return frozenset(out)
 
 

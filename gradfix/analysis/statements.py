@@ -108,7 +108,7 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
         return False
     if any(facts.line_text(s.lineno).encode("utf-8")[: s.col_offset].strip() for s in run):
         return False
-    if crosses_notebook_cell(facts, run[0], run[-1]):
+    if crosses_notebook_cell(facts, run[0], run[-1]) or any(is_elif(facts, s) for s in run):
         return False
     for stmt in run:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -117,6 +117,14 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
             if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
                 return False
     return True
+
+
+def is_elif(facts: FileFacts, stmt: ast.stmt) -> bool:
+    """An ``elif`` (the ``if`` that the ast puts alone in its parent's ``orelse``): it cannot
+    move into a block of its own, that would make it a separate ``if``."""
+    if not isinstance(stmt, ast.If):
+        return False
+    return facts.line_text(stmt.lineno).encode("utf-8")[stmt.col_offset :].startswith(b"elif")
 
 
 # The marker line `gradfix.notebook.VirtualModule.marker` puts before each cell of a notebook.

@@ -188,3 +188,50 @@ def test_a_block_never_spans_two_notebook_cells(tmp_path, capsys, monkeypatch):
         "import torch\nmodel = torch.nn.Embedding(4, 2)\nwith torch.no_grad():\n    model.weight.copy_(torch.ones(4, 2))",
         "UNK = 0\nwith torch.no_grad():\n    model.weight[UNK] = torch.zeros(2)",
     ]
+
+
+def test_an_elif_is_never_wrapped_on_its_own():
+    """Where the `if` cannot go in whole (a value it computes is read after the loop), each
+    branch gets its own block: an `elif` moved into a `with` would become a separate `if`."""
+    fixed = _fix(
+        """
+        import torch
+        def init(model, log):
+            for m in model.modules():
+                if isinstance(m, torch.nn.Conv2d):
+                    n = m.kernel_size[0]
+                    m.weight.data.normal_(0, 1.0 / n)
+                elif isinstance(m, torch.nn.BatchNorm2d):
+                    m.weight.data.fill_(1)
+                elif isinstance(m, torch.nn.Linear):
+                    m.bias.data.zero_()
+            log(n)
+        """,
+        "GF304",
+    )
+    assert fixed.count("        elif isinstance(") == 2 and fixed.count("with torch.no_grad():") == 3, fixed
+
+
+def test_a_name_bound_again_in_the_loop_but_read_only_before_it_does_not_block_the_loop():
+    """The ResNet `__init__`: `n = (depth - 2) // 6` is read before the init loop rebinds `n`;
+    no read outside the loop sees the loop's value."""
+    fixed = _fix(
+        """
+        import math
+        import torch
+        import torch.nn as nn
+        class ResNet(nn.Module):
+            def __init__(self, depth):
+                super().__init__()
+                n = (depth - 2) // 6
+                self.layer1 = self._make_layer(16, n)
+                for m in self.modules():
+                    if isinstance(m, nn.Conv2d):
+                        n = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                        m.weight.data.normal_(0, math.sqrt(2. / n))
+                    elif isinstance(m, nn.BatchNorm2d):
+                        m.weight.data.fill_(1)
+        """,
+        "GF304",
+    )
+    assert fixed.count("with torch.no_grad():") == 1 and "        with torch.no_grad():\n            for m in self.modules():\n" in fixed, fixed

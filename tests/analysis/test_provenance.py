@@ -167,3 +167,8 @@ def test_gf402_crlf_and_comments_kept():
     src = "import torch\r\nfrom torch.autograd import Variable\r\n\r\ndef f(n):\r\n    x = torch.zeros(n)  # fresh\r\n    # wrap\r\n    y = Variable(x)  # legacy\r\n    return y\r\n"
     fixed = fix(src, "<test>", Settings(select=("GF402",)))
     assert fixed == "import torch\r\n\r\ndef f(n):\r\n    x = torch.zeros(n)  # fresh\r\n    # wrap\r\n    y = x  # legacy\r\n    return y\r\n"
+
+
+def test_module_level_name_shadowed_by_a_function_parameter_is_still_followed():
+    code = HEADER + "class Net:\n    def forward(self, x):\n        return x * 2\nx = torch.zeros(3)\ny = Variable(x)\n"
+    assert _origin_of_last_variable_arg(code)[0] == FRESH

@@ -31,6 +31,7 @@ def _same(a, b):
         (lambda p, q: p.copy_(p.data * 0.9 + q.data * 0.1), lambda p, q: p.copy_(p * 0.9 + q * 0.1)),
         (lambda p, q: p.add_(q.data, alpha=-0.5), lambda p, q: p.add_(q, alpha=-0.5)),
         (lambda p, q: p.mul_(0.5).add_(q.data.clone(), alpha=0.5), lambda p, q: p.mul_(0.5).add_(q.clone(), alpha=0.5)),
+        (lambda p, q: p.copy_(q.data.view(12).view(4, 3)), lambda p, q: p.copy_(q.view(12).view(4, 3))),
     ],
 )
 def test_a_data_read_as_an_operand_under_no_grad_is_the_tensor_itself(old, new):
