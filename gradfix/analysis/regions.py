@@ -223,11 +223,17 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
 
 def records_no_graph(facts, stmt: ast.stmt) -> bool:
     """A simple statement that may run under ``no_grad`` with the same effect: ``pass``,
-    ``continue``, ``break``, logging (:func:`is_neutral_statement`), an ``assert`` or an
+    ``continue``, ``break``, logging (:func:`is_neutral_statement`), a ``torch.nn.init``
+    call (they run under ``no_grad`` themselves), an ``assert`` or an
     assignment to plain names of a :func:`computes_no_graph` value (``classname =
     m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``)."""
     if isinstance(stmt, (ast.Pass, ast.Continue, ast.Break)) or is_neutral_statement(facts, stmt):
         return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        # `nn.init.kaiming_normal_(m.weight)`: torch's initializers already run under no_grad
+        call = stmt.value
+        inert_args = all(computes_no_graph(facts, a) for a in call.args) and all(computes_no_graph(facts, k.value) for k in call.keywords)
+        return inert_args and (facts.call_qualname(call) or "").startswith("torch.nn.init.")
     if isinstance(stmt, ast.Assert):
         return computes_no_graph(facts, stmt.test) and computes_no_graph(facts, stmt.msg)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:

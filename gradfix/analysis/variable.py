@@ -361,12 +361,19 @@ def report_rewrites(rule, facts, planned, exact: bool):
     """The findings of a rule for ``(call, Rewrite, message[, title suffix])`` entries; a
     statement that would assign batches to themselves once every wrapper in it goes (by
     whichever of GF401/GF402 runs) is removed instead."""
-    removed = self_assignments(facts, run_plans(facts, rule, exact))
+    plans = run_plans(facts, rule, exact)
+    removed = self_assignments(facts, plans)
+    kept = {c for c, s in self_assignments(facts, plans, keep_comments=False).items() if c not in removed}
     for found, plan, message, *suffix in planned:
         statement = removed.get(found.call)
+        if found.call in kept and plan.safety is FixSafety.SAFE:
+            # `x = x` cannot go without the comment or blank line above it: the exact alias
+            plan = plan_rewrite(facts, found, exact=True)
         title = plan.title
         if statement is not None:
-            title = f"Remove the line: without the wrappers it assigns the batch to itself ({plan.assumption})"
+            title = "Remove the line: without the wrappers it assigns the value to itself"
+            if plan.assumption:
+                title += f" ({plan.assumption})"
         yield rule.report(
             facts,
             found.call,
@@ -377,7 +384,7 @@ def report_rewrites(rule, facts, planned, exact: bool):
         )
 
 
-def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, ast.Assign]:
+def self_assignments(facts, plans: dict[ast.Call, Rewrite], keep_comments: bool = True) -> dict[ast.Call, ast.Assign]:
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead. Only for a one-line
     statement with no comment, and not for every statement of a block (it needs one)."""
@@ -399,6 +406,9 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, as
         text = facts.line_text(stmt.lineno)
         if stmt.lineno != stmt.end_lineno or "#" in text or text.strip() != facts.segment(stmt):
             continue
+        above = facts.line_text(stmt.lineno - 1).strip() if stmt.lineno > 1 else "x"
+        if keep_comments and (not above or above.startswith("#")) and not _opens_block(facts, stmt):
+            continue  # the comment or blank line above would go with it
         for _, v in pairs:
             found[v] = stmt
     # A block must keep a statement: where every statement of it would go, none goes.
@@ -408,6 +418,13 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, as
         if all(s in found.values() for s in block):
             found = {c: s for c, s in found.items() if s not in block}
     return found
+
+
+def _opens_block(facts, stmt: ast.stmt) -> bool:
+    """``stmt`` is the first statement of a block, right under its header line."""
+    where = statement_block(facts, stmt)
+    body = getattr(*where) if where else []
+    return bool(body) and body[0] is stmt and where[0] is not facts.tree and getattr(where[0], "lineno", 0) == stmt.lineno - 1
 
 
 def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:

@@ -235,3 +235,24 @@ def test_a_name_bound_again_in_the_loop_but_read_only_before_it_does_not_block_t
         "GF304",
     )
     assert fixed.count("with torch.no_grad():") == 1 and "        with torch.no_grad():\n            for m in self.modules():\n" in fixed, fixed
+
+
+def test_torch_init_calls_join_the_block():
+    """`nn.init.*` already runs under no_grad: a loop of them and `.data` writes is decorated."""
+    fixed = _fix(
+        """
+        import torch
+        import torch.nn as nn
+        def initialize_weights(*models):
+            for model in models:
+                for module in model.modules():
+                    if isinstance(module, nn.Conv2d) or isinstance(module, nn.Linear):
+                        nn.init.kaiming_normal_(module.weight)
+                        if module.bias is not None:
+                            module.bias.data.zero_()
+                    elif isinstance(module, nn.BatchNorm2d):
+                        module.weight.data.fill_(1)
+        """,
+        "GF304",
+    )
+    assert fixed.count("no_grad()") == 1 and "@torch.no_grad()\ndef initialize_weights" in fixed, fixed

@@ -172,3 +172,21 @@ def test_gf402_crlf_and_comments_kept():
 def test_module_level_name_shadowed_by_a_function_parameter_is_still_followed():
     code = HEADER + "class Net:\n    def forward(self, x):\n        return x * 2\nx = torch.zeros(3)\ny = Variable(x)\n"
     assert _origin_of_last_variable_arg(code)[0] == FRESH
+
+
+def test_gf402_a_self_assignment_under_a_comment_is_not_removed_with_its_comment():
+    fixed = _fix402(
+        """
+        import torch
+        from torch.autograd import Variable
+
+        im_data = torch.FloatTensor(1)
+        im_info = torch.FloatTensor(1)
+
+        # make variable
+        im_data = Variable(im_data)
+        im_info = Variable(im_info)
+        print(im_data, im_info)
+        """
+    )
+    assert fixed.endswith("\n# make variable\nim_data = im_data.detach()\nprint(im_data, im_info)\n"), fixed
