@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
+from gradfix.analysis.regions import is_inert
 from gradfix.analysis.statements import around_run, can_wrap, is_elif, is_within, own_nodes, statement_block
 from gradfix.facts import FileFacts
 
@@ -183,8 +184,8 @@ def _widen(facts, func, groups, joinable, header_ok, through_loops: bool) -> lis
 
 
 def _leaks(facts, func, run: Sequence[ast.stmt], original: set[ast.stmt]) -> bool:
-    """Whether a value that a joined statement of ``run`` binds (not a loop target, not one of
-    the ``original`` statements) may be read outside ``run``: a read there that an assignment
+    """Whether a value that a joined statement of ``run`` computes (not a constant, a name or an
+    attribute; not a loop target; not one of the ``original`` statements) may be read outside ``run``: a read there that an assignment
     inside may reach (:class:`~gradfix.analysis.provenance.ReachingDefinitions`)."""
     joined = [
         node
@@ -192,6 +193,7 @@ def _leaks(facts, func, run: Sequence[ast.stmt], original: set[ast.stmt]) -> boo
         for node in ast.walk(stmt)
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
         and not any(is_within(facts, node, o) for o in original)
+        and not (isinstance(node, (ast.Assign, ast.AnnAssign)) and is_inert(facts, node.value))  # `found = False`
     ]
     if not joined:
         return False

@@ -256,3 +256,25 @@ def test_torch_init_calls_join_the_block():
         "GF304",
     )
     assert fixed.count("no_grad()") == 1 and "@torch.no_grad()\ndef initialize_weights" in fixed, fixed
+
+
+def test_a_flag_set_in_the_loop_and_read_after_it_does_not_block_the_loop():
+    """opacus' KF optimizer: `has_kf_d_t = False` is no tensor; the loop goes in whole."""
+    fixed = _fix(
+        """
+        import torch
+        def perturb(self, closure):
+            found = True
+            for p in self.params:
+                state = self.state[p]
+                if "d" not in state:
+                    found = False
+                    continue
+                p.data.add_(state["d"], alpha=0.5)
+            with torch.enable_grad():
+                loss = closure()
+            return loss if found else None
+        """,
+        "GF304",
+    )
+    assert "    with torch.no_grad():\n        for p in self.params:\n" in fixed, fixed
