@@ -168,3 +168,94 @@ def trailing_saves(facts, body: list[ast.stmt]) -> int:
             break
         count += 1
     return count
+
+
+# -- what may move under ``no_grad`` alongside a fix's statements ---------------------------------
+# Calls whose result is a plain Python value, or an existing object, whatever the grad mode:
+# type checks, shapes, strings, the module tree (GF302/GF304 ask these when they widen a block).
+_NO_GRAPH_BUILTINS = frozenset(
+    {"isinstance", "issubclass", "hasattr", "callable", "len", "type", "id", "str", "repr", "int", "float", "bool",
+     "range", "zip", "enumerate", "list", "tuple", "print", "round", "format", "iter", "next", "sorted", "reversed"}
+)
+_NO_GRAPH_METHODS = frozenset(
+    "size dim ndimension numel nelement item tolist find startswith endswith lower upper strip split join "
+    "format replace keys values items parameters named_parameters modules named_modules children named_children "
+    "buffers named_buffers".split()
+)
+
+
+def computes_no_graph(facts, expr: ast.AST | None) -> bool:
+    """Evaluating ``expr`` under ``no_grad`` gives the same result, and runs nothing that
+    autograd could record into a value that outlives it: :func:`is_inert` plus comparisons,
+    ``and``/``or``/``not``, arithmetic and subscripts of such values, ``math.*``, and the calls
+    above (``isinstance(m, nn.Conv2d)``, ``m.weight.size(1)``, ``model.modules()``). Arithmetic
+    may still build a tensor: :func:`~gradfix.analysis.insertion.plan_no_grad` checks that nothing it binds
+    is read outside the block."""
+    if expr is None or is_inert(facts, expr):
+        return True
+    if isinstance(expr, ast.Compare):
+        return computes_no_graph(facts, expr.left) and all(computes_no_graph(facts, c) for c in expr.comparators)
+    if isinstance(expr, ast.BoolOp):
+        return all(computes_no_graph(facts, v) for v in expr.values)
+    if isinstance(expr, ast.UnaryOp):
+        return computes_no_graph(facts, expr.operand)
+    if isinstance(expr, ast.BinOp):
+        return computes_no_graph(facts, expr.left) and computes_no_graph(facts, expr.right)
+    if isinstance(expr, ast.Subscript):
+        return computes_no_graph(facts, expr.value) and computes_no_graph(facts, expr.slice)
+    if isinstance(expr, ast.Slice):
+        return all(computes_no_graph(facts, p) for p in (expr.lower, expr.upper, expr.step))
+    if isinstance(expr, ast.Attribute):
+        return expr.attr not in _VIEW_ATTRS and computes_no_graph(facts, expr.value)
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return all(computes_no_graph(facts, e) for e in expr.elts)
+    if isinstance(expr, ast.Call):
+        if not (all(computes_no_graph(facts, a) for a in expr.args) and all(computes_no_graph(facts, k.value) for k in expr.keywords)):
+            return False
+        func = expr.func
+        if isinstance(func, ast.Name):
+            return func.id in _NO_GRAPH_BUILTINS and is_builtin(facts, func.id, func)
+        if (facts.qualname(func) or "").startswith("math."):
+            return True
+        return isinstance(func, ast.Attribute) and func.attr in _NO_GRAPH_METHODS and computes_no_graph(facts, func.value)
+    return False
+
+
+def records_no_graph(facts, stmt: ast.stmt) -> bool:
+    """A simple statement that may run under ``no_grad`` with the same effect: ``pass``,
+    ``continue``, ``break``, logging (:func:`is_neutral_statement`), a ``torch.nn.init``
+    call (they run under ``no_grad`` themselves), an ``assert`` or an
+    assignment to plain names of a :func:`computes_no_graph` value (``classname =
+    m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``)."""
+    if isinstance(stmt, (ast.Pass, ast.Continue, ast.Break)) or is_neutral_statement(facts, stmt):
+        return True
+    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        # `nn.init.kaiming_normal_(m.weight)`: torch's initializers already run under no_grad
+        call = stmt.value
+        inert_args = all(computes_no_graph(facts, a) for a in call.args) and all(computes_no_graph(facts, k.value) for k in call.keywords)
+        return inert_args and (facts.call_qualname(call) or "").startswith("torch.nn.init.")
+    if isinstance(stmt, ast.Assert):
+        return computes_no_graph(facts, stmt.test) and computes_no_graph(facts, stmt.msg)
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        plain = all(isinstance(n, ast.Name) for t in targets for n in _target_leaves(t))
+        return plain and computes_no_graph(facts, stmt.value)
+    return False
+
+
+def header_records_no_graph(facts, stmt: ast.stmt) -> bool:
+    """The header of an ``if``/``for``/``while`` (its test or iterable) computes no graph
+    (``isinstance(m, nn.Linear)``, ``model.parameters()``, ``zip(a.parameters(), b.parameters())``)."""
+    if isinstance(stmt, (ast.If, ast.While)):
+        return computes_no_graph(facts, stmt.test)
+    if isinstance(stmt, ast.For):
+        return computes_no_graph(facts, stmt.iter) and all(isinstance(n, ast.Name) for n in _target_leaves(stmt.target))
+    return False
+
+
+def _target_leaves(target: ast.AST) -> list[ast.AST]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [leaf for e in target.elts for leaf in _target_leaves(e)]
+    if isinstance(target, ast.Starred):
+        return _target_leaves(target.value)
+    return [target]

@@ -9,6 +9,7 @@ unwrap a ``with`` while keeping every comment.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Callable, Sequence
 
 from gradfix.lazy import cst
@@ -107,6 +108,8 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
         return False
     if any(facts.line_text(s.lineno).encode("utf-8")[: s.col_offset].strip() for s in run):
         return False
+    if crosses_notebook_cell(facts, run[0], run[-1]) or any(is_elif(facts, s) for s in run):
+        return False
     for stmt in run:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return False
@@ -114,6 +117,26 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
             if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
                 return False
     return True
+
+
+def is_elif(facts: FileFacts, stmt: ast.stmt) -> bool:
+    """An ``elif`` (the ``if`` that the ast puts alone in its parent's ``orelse``): it cannot
+    move into a block of its own, that would make it a separate ``if``."""
+    if not isinstance(stmt, ast.If):
+        return False
+    return facts.line_text(stmt.lineno).encode("utf-8")[stmt.col_offset :].startswith(b"elif")
+
+
+# The marker line `gradfix.notebook.VirtualModule.marker` puts before each cell of a notebook.
+_CELL_MARKER = re.compile(r"^# gradfix-notebook-cell \S+ \d+$")
+
+
+def crosses_notebook_cell(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
+    """Whether the run ``first``..``last`` of a notebook's virtual module spans two cells: one
+    block cannot hold statements of two cells."""
+    if not facts.path.endswith(".ipynb"):
+        return False
+    return any(_CELL_MARKER.match(facts.line_text(n)) for n in range(first.lineno + 1, last.end_lineno + 1))
 
 
 def wrap_in_no_grad(

@@ -19,11 +19,9 @@ from typing import Iterator
 
 from gradfix.lazy import cst
 
+from gradfix.analysis.provenance import BATCH, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
 from gradfix.analysis.statements import statement_block
-from gradfix.facts import dotted_name, target_names
 from gradfix.model import FixSafety
-
-VARIABLE = "torch.autograd.Variable"
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
 _POSITIONAL = ("data", "requires_grad", "volatile")
 
@@ -45,30 +43,7 @@ class VariableCall:
     import_module: str | None
 
 # -- what an expert writes instead ----------------------------------------------------------------
-# Torch functions that build a new tensor that needs no grad (pinned in
-# tests/facts/test_gf402_facts.py); those that also take ``requires_grad=`` are marked True.
-_CONSTRUCTORS = {
-    **dict.fromkeys(
-        "zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor "
-        "zeros_like ones_like empty_like full_like rand_like randn_like".split(),
-        True,
-    ),
-    **dict.fromkeys(
-        "from_numpy Tensor FloatTensor DoubleTensor HalfTensor LongTensor IntTensor ShortTensor ByteTensor "
-        "CharTensor BoolTensor".split(),
-        False,
-    ),
-}
-# Tensor methods that build a new tensor needing no grad, whatever they are called on.
-_NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor".split(), True), "new": False}
-# Methods that keep a tensor that needs no grad that way (conversions, views, in-place fills).
-_KEEPING_METHODS = frozenset(
-    "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
-    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory".split()
-)
-# Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``).
-_LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
-_EVIDENCE = {"fresh": "a fresh tensor", "data": "a tensor's `.data`"}
+_EVIDENCE = {FRESH: "a fresh tensor", DATA: "a tensor's `.data`", DETACHED: "a detached tensor"}
 
 
 @dataclass(frozen=True)
@@ -102,34 +77,39 @@ class Rewrite:
 
 
 def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
-    """The rewrite of a fixable call: the idiomatic form, or always ``.detach()`` if ``exact``."""
+    """The rewrite of a fixable call: the idiomatic form, or always ``.detach()`` if ``exact``.
+    What the argument is comes from :func:`~gradfix.analysis.provenance.origin` (a name is
+    followed to the assignments that reach the call)."""
     data, flag = found.data, found.requires_grad
     literal = truthiness(flag)  # False when no flag is given
     receiver = receiver_text(facts, data)
     wanted_flag = "" if literal is True else flag_text(facts, flag) if flag is not None else ""
-    grad_free = None if exact else _grad_free(facts, data)
-    if grad_free == "data" and isinstance(data, ast.Attribute) and data.attr == "data":
+    where = None if exact else origin(facts, data)
+    proven = where is not None and where.kind in PROVEN and (where.holder is None or sole_holder(facts, where.holder))
+    if proven and where.kind == DATA and isinstance(data, ast.Attribute) and data.attr == "data":
         text = f"{receiver_text(facts, data.value)}.detach()"
         if literal is not False:
             text += f".requires_grad_({wanted_flag})"
-        return Rewrite("detach_data", text, FixSafety.SAFE, data, _EVIDENCE["data"])
-    if grad_free and literal is False:
-        return Rewrite("drop", facts.segment(data), FixSafety.SAFE, data, _EVIDENCE[grad_free])
-    if grad_free:
+        return Rewrite("detach_data", text, FixSafety.SAFE, data, _EVIDENCE[DATA])
+    if proven:
+        evidence = _EVIDENCE[where.kind]
+        if where.holder is not None:
+            evidence = f"`{where.holder.id}`, {evidence} (line {where.line})"
+        if literal is False:
+            return Rewrite("drop", facts.segment(data), FixSafety.SAFE, data, evidence)
         if _takes_requires_grad(facts, data):
             text = facts.segment(data)[:-1].rstrip().rstrip(",")
             sep = "" if text.endswith("(") else ", "
             shown_flag = "True" if literal is True else flag_text(facts, flag)
-            return Rewrite("constructor_flag", f"{text}{sep}requires_grad={shown_flag})", FixSafety.SAFE, data, _EVIDENCE["fresh"])
-        return Rewrite("requires_grad", f"{receiver}.requires_grad_({wanted_flag})", FixSafety.SAFE, data, _EVIDENCE[grad_free])
-    if not exact and literal is False and _loader_batch(facts, data, found.call):
-        name = _root(data).id
+            return Rewrite("constructor_flag", f"{text}{sep}requires_grad={shown_flag})", FixSafety.SAFE, data, evidence)
+        return Rewrite("requires_grad", f"{receiver}.requires_grad_({wanted_flag})", FixSafety.SAFE, data, evidence)
+    if where is not None and where.kind == BATCH and literal is False:
         return Rewrite(
             "drop",
             facts.segment(data),
             FixSafety.UNSAFE,
             data,
-            f"the loader batch `{name}`",
+            f"the loader batch `{_root_name(data)}`",
             "assumes the batch needs no grad",
         )
     text = f"{receiver}.detach()"
@@ -138,120 +118,23 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
     return Rewrite("exact" if exact else "detach", text, FixSafety.SAFE, data)
 
 
-def _call_name(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
-def _constructor(facts, expr: ast.expr) -> bool | None:
-    """For a call that builds a fresh tensor needing no grad: whether it takes ``requires_grad=``
-    (True/False); None for anything else. A call that already passes ``requires_grad`` or
-    ``out=`` is not fresh."""
-    if not isinstance(expr, ast.Call):
-        return None
-    if any(k.arg in ("requires_grad", "out") for k in expr.keywords):
-        return None
-    qual = facts.qualname(expr.func) or ""
-    prefix, _, last = qual.rpartition(".")
-    if prefix in ("torch", "torch.cuda") and last in _CONSTRUCTORS:
-        return _CONSTRUCTORS[last] and prefix == "torch"
-    if isinstance(expr.func, ast.Attribute) and qual == "" and expr.func.attr in _NEW_METHODS:
-        return _NEW_METHODS[expr.func.attr]
-    return None
-
-
 def _takes_requires_grad(facts, expr: ast.expr) -> bool:
     """``expr`` is a one-line constructor call that ``requires_grad=`` can be added to."""
     return (
-        _constructor(facts, expr) is True
+        constructor(facts, expr) is True
         and expr.lineno == expr.end_lineno
         and all(k.arg is not None for k in expr.keywords)
     )
 
 
-def _grad_free(facts, expr: ast.expr) -> str | None:
-    """``"fresh"`` when ``expr`` surely needs no grad (a fresh constructor, maybe through
-    conversions/views), ``"data"`` for ``x.data`` (and such chains on it), else None."""
-    node = expr
-    while True:
-        if _constructor(facts, node) is not None:
-            return "fresh"
-        if isinstance(node, ast.Attribute) and node.attr == "data":
-            return "data"
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            return None
-        if node.func.attr not in _KEEPING_METHODS:
-            return None
-        if node.func.attr == "fill_" and not all(isinstance(a, ast.Constant) for a in node.args):
-            return None  # a tensor fill value may need grad
-        node = node.func.value
-
-
-def _root(expr: ast.expr) -> ast.expr:
-    """The name under ``batch[0].cuda()``, ``batch.text``, ``Variable(data).cuda()`` (or the
-    expression itself when there is none)."""
-    while True:
-        if isinstance(expr, ast.Call) and _call_name(expr) == "Variable" and expr.args:
-            expr = expr.args[0]
-        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _KEEPING_METHODS:
-            expr = expr.func.value
-        elif isinstance(expr, (ast.Subscript, ast.Attribute)):
-            expr = expr.value
+def _root_name(expr: ast.expr) -> str:
+    """The name under ``batch[0].cuda()``, ``batch.text``, ``Variable(data).cuda()``."""
+    while isinstance(expr, (ast.Call, ast.Subscript, ast.Attribute)):
+        if isinstance(expr, ast.Call):
+            expr = expr.args[0] if not isinstance(expr.func, ast.Attribute) and expr.args else getattr(expr.func, "value", expr.func)
         else:
-            return expr
-
-
-def _loader_iterable(facts, expr: ast.expr) -> bool:
-    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``."""
-    if isinstance(expr, ast.Call):
-        if (facts.qualname(expr.func) or "").endswith("DataLoader"):
-            return True
-        if _call_name(expr) in ("enumerate", "tqdm", "iter", "zip"):
-            return any(_loader_iterable(facts, a) for a in expr.args)
-        expr = expr.func  # get_loader(), self.train_loader()
-    name = dotted_name(expr)
-    return name is not None and bool(_LOADER_NAME.search(name.rpartition(".")[2]))
-
-
-def _loader_batch(facts, data: ast.expr, call: ast.Call) -> bool:
-    """``data`` is (a piece of) a batch that a ``for`` loop around ``call`` takes from a loader,
-    not rebound in the loop body to anything but itself (``data = data.cuda()``)."""
-    root = _root(data)
-    if not isinstance(root, ast.Name):
-        return False
-    node = call
-    while node is not None and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-        parent = facts.parents.get(node)
-        if isinstance(parent, (ast.For, ast.AsyncFor)) and node in parent.body:
-            if root.id in target_names(parent.target):
-                return _loader_iterable(facts, parent.iter) and not _rebound(parent, root.id)
-        node = parent
-    return False
-
-
-def _rebound(loop: ast.For | ast.AsyncFor, name: str) -> bool:
-    """Whether the loop body binds ``name`` to something not computed from ``name`` itself."""
-    for node in ast.walk(loop):
-        if node is loop.target or not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.With, ast.NamedExpr)):
-            continue
-        if isinstance(node, ast.Assign):
-            pairs = []
-            for target in node.targets:
-                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(target.elts) == len(node.value.elts):
-                    pairs += zip(target.elts, node.value.elts)
-                else:
-                    pairs.append((target, node.value))
-            for target, value in pairs:
-                if name in target_names(target) and not (isinstance(target, ast.Name) and _root_name(value) == name):
-                    return True
-        elif node is not loop and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(getattr(node, "target", node))):
-            return True
-    return False
-
-
-def _root_name(expr: ast.expr) -> str | None:
-    root = _root(expr)
-    return root.id if isinstance(root, ast.Name) else None
+            expr = expr.value
+    return expr.id if isinstance(expr, ast.Name) else "batch"
 
 
 def variable_calls(facts) -> Iterator[VariableCall]:
@@ -478,12 +361,19 @@ def report_rewrites(rule, facts, planned, exact: bool):
     """The findings of a rule for ``(call, Rewrite, message[, title suffix])`` entries; a
     statement that would assign batches to themselves once every wrapper in it goes (by
     whichever of GF401/GF402 runs) is removed instead."""
-    removed = self_assignments(facts, run_plans(facts, rule, exact))
+    plans = run_plans(facts, rule, exact)
+    removed = self_assignments(facts, plans)
+    kept = {c for c, s in self_assignments(facts, plans, keep_comments=False).items() if c not in removed}
     for found, plan, message, *suffix in planned:
         statement = removed.get(found.call)
+        if found.call in kept and plan.safety is FixSafety.SAFE:
+            # `x = x` cannot go without the comment or blank line above it: the exact alias
+            plan = plan_rewrite(facts, found, exact=True)
         title = plan.title
         if statement is not None:
-            title = f"Remove the line: without the wrappers it assigns the batch to itself ({plan.assumption})"
+            title = "Remove the line: without the wrappers it assigns the value to itself"
+            if plan.assumption:
+                title += f" ({plan.assumption})"
         yield rule.report(
             facts,
             found.call,
@@ -494,7 +384,7 @@ def report_rewrites(rule, facts, planned, exact: bool):
         )
 
 
-def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, ast.Assign]:
+def self_assignments(facts, plans: dict[ast.Call, Rewrite], keep_comments: bool = True) -> dict[ast.Call, ast.Assign]:
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead. Only for a one-line
     statement with no comment, and not for every statement of a block (it needs one)."""
@@ -516,6 +406,9 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, as
         text = facts.line_text(stmt.lineno)
         if stmt.lineno != stmt.end_lineno or "#" in text or text.strip() != facts.segment(stmt):
             continue
+        above = facts.line_text(stmt.lineno - 1).strip() if stmt.lineno > 1 else "x"
+        if keep_comments and (not above or above.startswith("#")) and not _opens_block(facts, stmt):
+            continue  # the comment or blank line above would go with it
         for _, v in pairs:
             found[v] = stmt
     # A block must keep a statement: where every statement of it would go, none goes.
@@ -525,6 +418,13 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> dict[ast.Call, as
         if all(s in found.values() for s in block):
             found = {c: s for c, s in found.items() if s not in block}
     return found
+
+
+def _opens_block(facts, stmt: ast.stmt) -> bool:
+    """``stmt`` is the first statement of a block, right under its header line."""
+    where = statement_block(facts, stmt)
+    body = getattr(*where) if where else []
+    return bool(body) and body[0] is stmt and where[0] is not facts.tree and getattr(where[0], "lineno", 0) == stmt.lineno - 1
 
 
 def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:

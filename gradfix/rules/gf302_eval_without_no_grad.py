@@ -8,9 +8,10 @@ from typing import Sequence
 from gradfix.lazy import cst
 
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
+from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.module_mode import evaluated_at
+from gradfix.analysis.regions import records_no_graph
 from gradfix.analysis.statements import (
-    around_run,
     can_wrap,
     decorate_with_no_grad,
     innermost_loop,
@@ -175,8 +176,10 @@ class EvalWithoutNoGrad(Rule):
     per statement inside a loop; outside loops, around the smallest run of consecutive
     statements that holds them (the statement that holds them all when they sit in different
     branches). Statements between the calls stay in the block only when they post-process the
-    outputs (`z = z.round()`); unrelated work between them (saving a checkpoint, loading another
-    model) splits the block in two, so it keeps running with grad mode on. Runs that contain
+    outputs (`z = z.round()`) or only log (`print(..)`, a logger call: two loops with a `print`
+    between share one `with`); unrelated work between them (saving a checkpoint, loading another
+    model) splits the block in two, so it keeps running with grad mode on. The placement is the
+    one GF304 uses (`gradfix/analysis/insertion.py`). Runs that contain
     `yield`/`await` are reported without a fix (the mode would leak while suspended). A file
     with a bare `torch.set_grad_enabled(...)` statement is skipped: the mode at the calls is
     decided at run time (GF201 reports the toggle). Functions under a decorator of the
@@ -530,6 +533,32 @@ class EvalWithoutNoGrad(Rule):
                 return hits
             """,
         ),
+        # Two loops with only logging between them: one `with` around both.
+        Invalid(
+            """
+            import torch
+            def compare(model, val, test, log):
+                model.eval()
+                for x in val:
+                    log.append(model(x))
+                print("val done")
+                for x in test:
+                    log.append(model(x))
+                log.flush()
+            """,
+            """
+            import torch
+            def compare(model, val, test, log):
+                model.eval()
+                with torch.no_grad():
+                    for x in val:
+                        log.append(model(x))
+                    print("val done")
+                    for x in test:
+                        log.append(model(x))
+                log.flush()
+            """,
+        ),
         # The decorator goes under `@staticmethod`, closest to the `def`.
         Invalid(
             """
@@ -644,19 +673,31 @@ class EvalWithoutNoGrad(Rule):
 
     @staticmethod
     def _plan(facts, func, groups):
-        """One ``with`` around the loop that holds the calls, or ``@torch.no_grad()`` on the
-        function when only set-up statements and a final ``return`` would stay outside."""
+        """Where the ``no_grad`` goes (:func:`plan_no_grad`, as GF304): the innermost loop that
+        holds the calls goes in whole (an evaluation function: nothing in it needs a graph),
+        blocks separated only by logging become one, and the function is decorated when only
+        set-up statements (``model.eval()``, assignments that call nothing) and a final
+        ``return`` would stay outside."""
         loop = innermost_loop(facts, func, [s for g in groups for s in g])
-        if loop is not None and can_wrap(facts, [loop]):
-            groups = [[loop]]
-        outside = around_run(func, groups[0]) if len(groups) == 1 else None
-        suspends = any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
-        if outside is not None and not suspends:
-            before, after = outside
-            if all(_sets_up(s) for s in before) and (not after or (len(after) == 1 and isinstance(after[0], ast.Return))):
-                return ("decorate", facts.span(func.body[0])), f"Decorate `{func.name}` with `@torch.no_grad()`"
-        what = "the loop" if isinstance(groups[0][0], (ast.For, ast.While)) and len(groups) == 1 else "the calls"
-        return ("wrap", tuple(tuple(facts.span(s) for s in g) for g in groups)), f"Wrap {what} in `with torch.no_grad():`"
+        if loop is not None and not can_wrap(facts, [loop]):
+            loop = None
+
+        def outside_ok(before, after):
+            return all(_sets_up(s) for s in before) and (not after or (len(after) == 1 and isinstance(after[0], ast.Return)))
+
+        plan = plan_no_grad(
+            facts,
+            func,
+            groups,
+            joins=lambda s: (loop is not None and is_within(facts, s, loop)) or records_no_graph(facts, s),
+            header_ok=lambda s: True,
+            outside_ok=outside_ok,
+        )
+        if plan.decorate:
+            return ("decorate", facts.span(func.body[0])), f"Decorate `{func.name}` with `@torch.no_grad()`"
+        runs = plan.runs
+        what = "the loop" if len(runs) == 1 and len(runs[0]) == 1 and isinstance(runs[0][0], (ast.For, ast.While)) else "the calls"
+        return ("wrap", tuple(tuple(facts.span(s) for s in r) for r in runs)), f"Wrap {what} in `with torch.no_grad():`"
 
     @staticmethod
     def _toggles_grad_globally(facts) -> bool:

@@ -8,12 +8,12 @@ import re
 from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
+from gradfix.analysis.insertion import plan_no_grad
+from gradfix.analysis.regions import header_records_no_graph, records_no_graph
 from gradfix.analysis.statements import (
     alone_on_its_lines,
-    around_run,
-    can_wrap,
     decorate_with_no_grad,
-    own_nodes,
+    is_within,
     statement_block,
     torch_reachable,
     wrap_in_no_grad,
@@ -199,16 +199,27 @@ class DataMutation(Rule):
         m.weight.normal_(0, 0.02)
         m.bias.zero_()
     ```
+    or `@torch.no_grad()` on a function that does nothing else (a weight-init function for
+    `model.apply`).
 
     ## Fix safety
     Unsafe: the version counter now applies, so code that overwrote a tensor that a pending
     backward had saved now raises `RuntimeError: ... modified by an inplace operation` instead
     of silently computing wrong gradients. In the ordinary case (an optimizer step, weight
-    init, a target-network copy) the values are the same. Consecutive writes go into one
-    `with` block (one finding for the run); writes in one loop body share one `with` around
-    the loop when the rest of the body calls nothing (`if p.grad is None: continue`), never
-    one per statement; a function whose whole body would be wrapped gets `@torch.no_grad()`
-    instead. Inside an existing grad-disabled region `.data` is just dropped. Only receivers that are surely tensors with autograd state (names like
+    init, a target-network copy) the values are the same. One finding per `no_grad` the fix
+    writes, never one `with` per statement: consecutive writes share one block; an `if/elif`
+    whose branches only write (the weight-init loop over `model.modules()`) and a loop whose
+    body only writes go in whole when the rest of them computes nothing that could need a
+    graph (`if p.grad is None: continue`, `isinstance(m, nn.Conv2d)`, `n = m.kernel_size[0] *
+    m.out_channels`, logging) and nothing they compute is read after the block; consecutive
+    loops like that share one `with`; and a function whose whole body would be wrapped (but a
+    `return` of an argument) gets `@torch.no_grad()` instead, unless it is a generator or
+    coroutine. A loop that also runs a forward pass or a backward keeps them outside the block.
+    Inside the block, `.data` reads that are operands of the write go too (`p.copy_(q)` for
+    `p.data.copy_(q.data)`: under `no_grad` the same values, and nothing recorded, pinned in
+    `tests/facts/test_gf304_data_reads_facts.py`), but not one an in-place method is called
+    on (`q.data.t_()` changes only the alias). Inside an existing grad-disabled region `.data`
+    is just dropped. Only receivers that are surely tensors with autograd state (names like
     `param`, `weight`, `bias`, `grad`, `p`, `w`, or a loop over `.parameters()`) are fixed;
     a bare name assigned from some other computation in the same function (`p =
     F.softmax(x)`: an activation that backward may have saved) and other receivers are
@@ -323,7 +334,7 @@ class DataMutation(Rule):
             @torch.no_grad()
             def sgd(model, lr):
                 for p in model.parameters():
-                    p.add_(-lr, p.grad.data)  # old signature kept
+                    p.add_(-lr, p.grad)  # old signature kept
             """,
         ),
         Invalid(
@@ -339,11 +350,11 @@ class DataMutation(Rule):
             """
             import torch as T
 
+            @T.no_grad()
             def init(m):
                 # DCGAN init
-                with T.no_grad():
-                    m.weight.normal_(1.0, 0.02)
-                    m.bias.fill_(0)
+                m.weight.normal_(1.0, 0.02)
+                m.bias.fill_(0)
                 print(m)
             """,
         ),
@@ -378,7 +389,132 @@ class DataMutation(Rule):
             @torch.no_grad()
             def soft_update(target, source, tau):
                 for t, s in zip(target.parameters(), source.parameters()):
-                    t.copy_(t.data * (1.0 - tau) + s.data * tau)
+                    t.copy_(t * (1.0 - tau) + s * tau)
+            """,
+        ),
+        # Writes in the branches of an `if` in a loop: the function is decorated, once.
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            def init_weights(model):
+                for m in model.modules():
+                    if isinstance(m, nn.Conv2d):
+                        m.weight.data.normal_(0, 0.02)
+                        m.bias.data.zero_()
+                    elif isinstance(m, nn.BatchNorm2d):
+                        m.weight.data.fill_(1)
+                        m.bias.data.zero_()
+            """,
+            """
+            import torch
+            import torch.nn as nn
+
+            @torch.no_grad()
+            def init_weights(model):
+                for m in model.modules():
+                    if isinstance(m, nn.Conv2d):
+                        m.weight.normal_(0, 0.02)
+                        m.bias.zero_()
+                    elif isinstance(m, nn.BatchNorm2d):
+                        m.weight.fill_(1)
+                        m.bias.zero_()
+            """,
+        ),
+        # Two consecutive loops share one `with` (other work follows them); a `.data` read as
+        # an operand goes too.
+        Invalid(
+            """
+            import torch
+            def copy(src, dst, log):
+                for p in dst.parameters():
+                    p.data.zero_()
+                # then copy
+                for p, q in zip(src.parameters(), dst.parameters()):
+                    p.data.copy_(q.data)
+                log.write("done")
+            """,
+            """
+            import torch
+            def copy(src, dst, log):
+                with torch.no_grad():
+                    for p in dst.parameters():
+                        p.zero_()
+                    # then copy
+                    for p, q in zip(src.parameters(), dst.parameters()):
+                        p.copy_(q)
+                log.write("done")
+            """,
+        ),
+        # The ResNet init: the arithmetic in the loop stays inside (nothing outside reads `n`).
+        Invalid(
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def reset(self):
+                    for m in self.modules():
+                        if isinstance(m, nn.Conv2d):
+                            n = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                            m.weight.data.normal_(0, math.sqrt(2. / n))
+                        elif isinstance(m, nn.Linear):
+                            m.bias.data.zero_()
+                    self.fc = nn.Linear(2, 2)
+            """,
+            """
+            import math
+            import torch
+            import torch.nn as nn
+            class Net(nn.Module):
+                def reset(self):
+                    with torch.no_grad():
+                        for m in self.modules():
+                            if isinstance(m, nn.Conv2d):
+                                n = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                                m.weight.normal_(0, math.sqrt(2. / n))
+                            elif isinstance(m, nn.Linear):
+                                m.bias.zero_()
+                    self.fc = nn.Linear(2, 2)
+            """,
+        ),
+        # A value computed in the loop is read after it: only the write is wrapped.
+        Invalid(
+            """
+            import torch
+            def init(model):
+                for m in model.modules():
+                    n = m.weight.size(1) * 2
+                    m.weight.data.normal_(0, 1 / n)
+                return n
+            """,
+            """
+            import torch
+            def init(model):
+                for m in model.modules():
+                    n = m.weight.size(1) * 2
+                    with torch.no_grad():
+                        m.weight.normal_(0, 1 / n)
+                return n
+            """,
+        ),
+        # A generator: never decorated (the mode would leak while it is suspended).
+        Invalid(
+            """
+            import torch
+            def reset(params):
+                for p in params:
+                    p.data.zero_()
+                    yield p
+            """,
+            """
+            import torch
+            def reset(params):
+                for p in params:
+                    with torch.no_grad():
+                        p.zero_()
+                    yield p
             """,
         ),
         Invalid(
@@ -530,47 +666,51 @@ class DataMutation(Rule):
         yield from self._runs(facts, to_wrap)
 
     def _runs(self, facts, to_wrap):
-        """One finding per ``with`` the fix writes: consecutive writes of one block share it,
-        and so do the writes of one loop body (the ``with`` goes around the loop)."""
-        runs: list[list[tuple[ast.stmt, ast.Attribute]]] = []
-        previous = None
+        """One finding per ``no_grad`` the fix writes (:func:`plan_no_grad`): consecutive
+        writes of one block share it, writes in the branches of an ``if`` and in one loop body
+        share one around the loop when the rest of it computes nothing, consecutive loops share
+        one, and a function whose whole body would be wrapped is decorated."""
+        by_function: dict = {}
         for stmt, attr in to_wrap:  # in source order, function by function
-            block = statement_block(facts, stmt)
-            body = getattr(*block) if block else []
-            index = next((i for i, s in enumerate(body) if s is stmt), None)
-            if runs and previous is not None and block == previous[0] and index == previous[1] + 1:
-                runs[-1].append((stmt, attr))
-            else:
-                runs.append([(stmt, attr)])
-            previous = (block, index)
-        writes = {stmt for stmt, _ in to_wrap}
-        planned: dict[int, tuple[list[ast.stmt], list[tuple[ast.stmt, ast.Attribute]]]] = {}
-        for run in runs:
-            target = [stmt for stmt, _ in run]
-            while (loop := _loop_of_writes(facts, target, writes)) is not None:
-                target = [loop]
-            key = id(target[0])
-            if key in planned:
-                planned[key][1].extend(run)
-            else:
-                planned[key] = (target, list(run))
-        for target, run in planned.values():
-            first = run[0][0]
-            receivers = ", ".join(dict.fromkeys(f"`{facts.segment(a.value)}`" for _, a in run))
-            message = self._message(receivers)
-            if len(run) > 1:
-                message += f" ({len(run)} writes, lines {first.lineno}-{run[-1][0].end_lineno})"
-            attrs = tuple(facts.span(a) for _, a in run)
-            func = facts.function_of.get(target[0])
-            suspends = func is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
-            if around_run(func, target) == ([], []) and not suspends:
-                data = ("decorate", facts.span(func.body[0]), attrs)
-                title = f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`"
-            else:
-                data = ("wrap", tuple(facts.span(s) for s in target), attrs)
-                where = "the loop" if isinstance(target[0], (ast.For, ast.While)) else "the writes"
+            by_function.setdefault(facts.function_of.get(stmt), []).append((stmt, attr))
+        for func, writes in by_function.items():
+            groups: list[list[ast.stmt]] = []
+            previous = None
+            for stmt, _ in writes:
+                block = statement_block(facts, stmt)
+                body = getattr(*block) if block else []
+                index = next((i for i, s in enumerate(body) if s is stmt), None)
+                if groups and previous is not None and block == previous[0] and index == previous[1] + 1:
+                    groups[-1].append(stmt)
+                else:
+                    groups.append([stmt])
+                previous = (block, index)
+            plan = plan_no_grad(
+                facts,
+                func,
+                groups,
+                joins=lambda s: records_no_graph(facts, s),
+                header_ok=lambda s: header_records_no_graph(facts, s),
+                outside_ok=lambda before, after: all(records_no_graph(facts, s) or _returns_argument(func, s) for s in [*before, *after]),
+                private=True,
+            )
+            if plan.decorate:
+                yield self._finding(facts, writes, ("decorate", facts.span(func.body[0])), f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`")
+                continue
+            for run in plan.runs:
+                inside = [(s, a) for s, a in writes if any(is_within(facts, s, r) for r in run)]
+                where = "the loop" if isinstance(run[0], (ast.For, ast.While)) and len(run) == 1 else "the writes"
                 title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"
-            yield self.report(facts, first, message, fix_title=title, data=data)
+                yield self._finding(facts, inside, ("wrap", tuple(facts.span(s) for s in run)), title)
+
+    def _finding(self, facts, run, where, title):
+        first = run[0][0]
+        receivers = ", ".join(dict.fromkeys(f"`{facts.segment(a.value)}`" for _, a in run))
+        message = self._message(receivers)
+        if len(run) > 1:
+            message += f" ({len(run)} writes, lines {first.lineno}-{run[-1][0].end_lineno})"
+        attrs = tuple(facts.span(a) for stmt, attr in run for a in (attr, *_data_reads(facts, stmt, attr)))
+        return self.report(facts, first, message, fix_title=title, data=(*where, attrs))
 
     @staticmethod
     def _message(receiver: str) -> str:
@@ -605,19 +745,36 @@ class DataMutation(Rule):
         )
 
 
-def _loop_of_writes(facts, stmts: list[ast.stmt], writes: set[ast.stmt]):
-    """The ``for``/``while`` loop whose body holds ``stmts``, when the rest of that body are
-    other wrapped writes or statements that call nothing (``if p.grad is None: continue``):
-    then one ``with`` around the loop serves every step."""
-    loop = facts.parents.get(stmts[0])
-    if not isinstance(loop, (ast.For, ast.While)) or loop.orelse or not any(s is stmts[0] for s in loop.body):
-        return None
-    for stmt in loop.body:
-        if stmt in writes or any(stmt is s for s in stmts):
+def _data_reads(facts, stmt: ast.stmt, written: ast.Attribute) -> list[ast.Attribute]:
+    """The ``.data`` reads among a write's operands (``p.data.copy_(q.data)``, ``p.data -= lr *
+    p.grad.data``) that the fix drops with the written one: under ``no_grad``, ``q`` gives the
+    same values and records nothing (pinned in tests/facts/test_gf304_data_reads_facts.py).
+    Kept: a ``.data`` that an in-place method is called on (``q.data.t_()`` changes only the
+    alias, ``q.t_()`` would change ``q``), and one whose receiver may not be a tensor."""
+    found = []
+    for node in ast.walk(stmt):
+        if not (isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.ctx, ast.Load)) or node is written:
             continue
-        if any(isinstance(n, (ast.Call, ast.Yield, ast.YieldFrom, ast.Await)) for n in ast.walk(stmt)):
-            return None
-    return loop if can_wrap(facts, [loop]) else None
+        parent = facts.parents.get(node)
+        if isinstance(parent, ast.Attribute) and parent.attr.endswith("_"):
+            continue
+        if _receiver_kind(facts, node.value) == "param" and not is_within(facts, written, node):
+            found.append(node)
+    return found
+
+
+def _returns_argument(func, stmt: ast.stmt) -> bool:
+    """``return`` / ``return m`` of a parameter the function never rebinds (``init(m)`` hands the
+    module back): nothing computed under the decorator leaves through it."""
+    if not isinstance(stmt, ast.Return):
+        return False
+    if stmt.value is None:
+        return True
+    if not isinstance(stmt.value, ast.Name):
+        return False
+    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+    rebound = any(isinstance(n, ast.Name) and n.id == stmt.value.id and not isinstance(n.ctx, ast.Load) for n in ast.walk(func))
+    return stmt.value.id in params and not rebound
 
 
 def _drop_data(targets):

@@ -54,7 +54,9 @@ class VariableVolatile(Rule):
 
     ## Fix safety
     The call is rewritten as GF402 rewrites `Variable(x)`: the wrapper goes where `x` surely
-    needs no grad (a fresh tensor, `.data`), `Variable(h.data, volatile=True)` becomes
+    needs no grad (a fresh tensor, `.data`, `.detach()`, or a local name that every assignment
+    reaching the call binds to one, when nothing else can see the object: GF402 explains the
+    provenance query), `Variable(h.data, volatile=True)` becomes
     `h.detach()`, a batch a `for` loop takes from a data loader loses the wrapper (unsafe:
     it assumes the batch needs no grad), and anything else becomes `x.detach()` (with
     `.requires_grad_(flag)` when the call passes a true or unknown `requires_grad=`), which is
@@ -194,6 +196,23 @@ class VariableVolatile(Rule):
             def forward(self, x):
                 zeros = torch.zeros(x.size())
                 return self.logstd(zeros)
+            """,
+        ),
+        # A name bound to a fresh tensor: the line that would read `x = x` goes.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+            def evaluate(model, n):
+                x = torch.zeros(n, 3)
+                x = Variable(x, volatile=True)
+                return model(x)
+            """,
+            """
+            import torch
+            def evaluate(model, n):
+                x = torch.zeros(n, 3)
+                return model(x)
             """,
         ),
         # Raises ValueError today (volatile and requires_grad both true): report only.

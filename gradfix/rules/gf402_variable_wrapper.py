@@ -31,6 +31,8 @@ class VariableWrapper(Rule):
         data, target = Variable(data), Variable(target)
         output = model(data)
     features = Variable(encoder(x))
+    noise = torch.randn(n, nz)
+    z = Variable(noise)
     ```
 
     ## Use instead
@@ -41,6 +43,8 @@ class VariableWrapper(Rule):
     for data, target in train_loader:
         output = model(data)
     features = encoder(x).detach()
+    noise = torch.randn(n, nz)
+    z = noise
     ```
 
     ## Fix safety
@@ -53,11 +57,21 @@ class VariableWrapper(Rule):
     - `Variable(h.data)`: safe, `h.detach()` (same storage, no graph, as before);
     - `Variable(<constructor>(...), requires_grad=flag)`: safe, `<constructor>(...,
       requires_grad=flag)` where the constructor takes it, else `<fresh>.requires_grad_(flag)`;
+    - a local name is followed to the assignments that may reach the call (one provenance
+      query, `gradfix/analysis/provenance.py`): `x = torch.randn(n, 10); y = Variable(x)`
+      becomes `y = x` when every assignment that reaches the call binds a fresh tensor, a
+      `.data` or a `.detach()` (through `.cuda()`/`.float()`/... and `x += 1`), and nothing
+      can tell the object from its detached alias: no `requires_grad_()`, no in-place update
+      with an operand that may need grad, no handing it to an unknown call, container,
+      attribute or closure, and no read of `x` after the call (`x = Variable(x)`, which
+      rebinds it, is fine: the line then goes). A parameter, a global, a name rebound on some
+      path by anything else (`x = enc(x)` in a branch, the next loop iteration, a `try`
+      body), `model.init_hidden()` or any unknown call stays `x.detach()`;
     - a name a `for` loop takes from a data loader (`for data, target in train_loader:`),
-      not rebound in the loop: **unsafe**, the wrapper goes on the assumption that the batch
-      needs no grad (a custom collate could hand out tensors that do); a line that would then
-      read `data, target = data, target` is removed (one-line, without comments, not alone
-      in its block);
+      directly or through assignments (`inputs, labels = batch`, `data = data.cuda()`):
+      **unsafe**, the wrapper goes on the assumption that the batch needs no grad (a custom
+      collate could hand out tensors that do); a line that would then read `data, target =
+      data, target` is removed (one-line, without comments, not alone in its block);
     - anything else: safe, `x.detach()` (`x.detach().requires_grad_(flag)`), exactly what
       `Variable` returns today. Non-atomic arguments are parenthesized.
     With `style = "exact"` (option of GF402) every call becomes `x.detach()`
@@ -222,6 +236,101 @@ class VariableWrapper(Rule):
                     model(data).sum().backward()
             """,
             count=2,
+        ),
+        # A name bound to a fresh tensor and not read again: the wrapper goes; an unknown
+        # call (`model.init_hidden()`) may hand out a graph: `.detach()`.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def sample(model, n):
+                x = torch.randn(n, 10)
+                y = Variable(x)
+                h = model.init_hidden()
+                z = Variable(h)
+                return model(y, z)
+            """,
+            """
+            import torch
+
+            def sample(model, n):
+                x = torch.randn(n, 10)
+                y = x
+                h = model.init_hidden()
+                z = h.detach()
+                return model(y, z)
+            """,
+            count=2,
+        ),
+        # `hidden = Variable(hidden)` of a fresh tensor: the line would read `hidden = hidden`.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def init_hidden(bsz, nhid, cuda):
+                hidden = torch.zeros(2, bsz, nhid)
+                if cuda:
+                    hidden = hidden.cuda()
+                hidden = Variable(hidden)
+                return hidden
+            """,
+            """
+            import torch
+
+            def init_hidden(bsz, nhid, cuda):
+                hidden = torch.zeros(2, bsz, nhid)
+                if cuda:
+                    hidden = hidden.cuda()
+                return hidden
+            """,
+        ),
+        # Rebound on one path by an unknown call, or read again after the call: `.detach()`.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def f(n, enc, warm):
+                x = torch.zeros(n)
+                if warm:
+                    x = enc(x)
+                y = torch.zeros(n)
+                z = Variable(y)
+                z.requires_grad_()
+                return Variable(x), y, z
+            """,
+            """
+            import torch
+
+            def f(n, enc, warm):
+                x = torch.zeros(n)
+                if warm:
+                    x = enc(x)
+                y = torch.zeros(n)
+                z = y.detach()
+                z.requires_grad_()
+                return x.detach(), y, z
+            """,
+            count=2,
+        ),
+        # A batch by name flow: unpacked from what the loader yields (unsafe, as above).
+        Invalid(
+            """
+            from torch.autograd import Variable
+
+            def train(model, train_loader):
+                for batch in train_loader:
+                    inputs, labels = batch
+                    model(Variable(inputs.cuda())).sum().backward()
+            """,
+            """
+            def train(model, train_loader):
+                for batch in train_loader:
+                    inputs, labels = batch
+                    model(inputs.cuda()).sum().backward()
+            """,
         ),
         # A block keeps a statement: where every line would go, none goes.
         Invalid(

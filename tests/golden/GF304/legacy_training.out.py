@@ -2,16 +2,15 @@ import torch
 import torch.nn as nn
 
 
+@torch.no_grad()
 def weights_init(m):
     classname = m.__class__.__name__
     if classname.find("Conv") != -1:
-        with torch.no_grad():
-            m.weight.normal_(0.0, 0.02)
+        m.weight.normal_(0.0, 0.02)
     elif classname.find("BatchNorm") != -1:
-        with torch.no_grad():
-            m.weight.normal_(1.0, 0.02)
-            # beta starts at zero
-            m.bias.fill_(0)
+        m.weight.normal_(1.0, 0.02)
+        # beta starts at zero
+        m.bias.fill_(0)
 
 
 @torch.no_grad()
@@ -19,7 +18,7 @@ def sgd_step(model, lr):
     for p in model.parameters():
         if p.grad is None:
             continue
-        p.add_(-lr, p.grad.data)  # deprecated signature, kept as is
+        p.add_(-lr, p.grad)  # deprecated signature, kept as is
         p.grad.zero_()
 
 
@@ -31,7 +30,7 @@ def clip_critic(critic, c=0.01):
 @torch.no_grad()
 def soft_update(target, source, tau):
     for target_param, param in zip(target.parameters(), source.parameters()):
-        target_param.copy_(target_param.data * (1.0 - tau) + param.data * tau)
+        target_param.copy_(target_param * (1.0 - tau) + param * tau)
 
 
 def prune_columns(layer, keep):

@@ -1,0 +1,548 @@
+"""Where a tensor comes from, within one function: the one answer to "may this value carry a graph?".
+
+:func:`origin` says what an expression evaluates to: a **fresh** tensor (``torch.zeros(..)``,
+``torch.FloatTensor(..)``, ``t.new_zeros(..)``), a **data** alias (``h.data``), a **detached**
+copy (``h.detach()``, a legacy ``Variable(..)`` result), a **batch** a ``for`` loop takes from a
+data loader (needs no grad by assumption, not by proof), or None: unknown, it may carry a graph
+(a parameter, ``model.init_hidden()``, any call gradfix does not know). Conversions and views
+(``.cuda()``, ``.float()``, ``.view(..)``) and in-place fills with constants keep the origin.
+
+A name is followed to the assignments that may reach the point where it is read
+(:class:`ReachingDefinitions`: a forward walk over the function's statements, branches joined,
+loops iterated to a fixed point, ``try`` handlers seeing every binding of the body). The walk is
+conservative: a parameter, a global or free name, a name declared ``global``/``nonlocal`` (here
+or in a nested function), bound by ``with .. as``, ``import``, ``except .. as``, ``def``, a
+``match`` pattern or an unpacking of an unknown value, is unknown; ``x += v`` keeps an origin only
+when ``v`` has one too; attribute and subscript targets (``self.h = ..``) are never followed.
+
+:func:`sole_holder` answers the second question a rewrite that drops ``Variable(x)`` asks:
+``Variable(x)`` returns a *new* detached alias, ``x`` is the object itself, and the two differ
+only if something can see both. It holds when nothing in the function can make the object
+require grad or hand it elsewhere (every other read of that value is a method call that is not
+``requires_grad_``, an in-place update with constants or grad-free operands, an attribute read,
+an index, an operand, an argument of a ``torch`` function or ``print``/``len``/``isinstance``),
+and ``x`` is not read again after the call (or is rebound by it: ``x = Variable(x)``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+from gradfix.facts import FileFacts, dotted_name
+
+VARIABLE = "torch.autograd.Variable"
+
+# Torch functions that build a new tensor that needs no grad (pinned in
+# tests/facts/test_gf402_facts.py); those that also take ``requires_grad=`` are marked True.
+CONSTRUCTORS = {
+    **dict.fromkeys(
+        "zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor "
+        "zeros_like ones_like empty_like full_like rand_like randn_like".split(),
+        True,
+    ),
+    **dict.fromkeys(
+        "from_numpy Tensor FloatTensor DoubleTensor HalfTensor LongTensor IntTensor ShortTensor ByteTensor "
+        "CharTensor BoolTensor".split(),
+        False,
+    ),
+}
+# Tensor methods that build a new tensor needing no grad, whatever they are called on.
+NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor".split(), True), "new": False}
+# Methods that keep a tensor that needs no grad that way (conversions, views, in-place fills).
+KEEPING_METHODS = frozenset(
+    "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
+    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory".split()
+)
+# Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``).
+LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
+_LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
+
+FRESH, DATA, DETACHED, BATCH = "fresh", "data", "detached", "batch"
+PROVEN = frozenset({FRESH, DATA, DETACHED})  # surely needs no grad; BATCH is an assumption
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What an expression evaluates to: ``kind`` (one of the constants above) and, when the
+    value is held by a local name, that name's read (``holder``) and where it was bound."""
+
+    kind: str
+    holder: ast.Name | None = None
+    line: int | None = None
+
+
+# -- reaching definitions --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Definition:
+    """One binding of a name: ``value`` is what it binds (None: unknown); ``kind`` is
+    ``assign`` (``value`` is the expression), ``loop`` (``value`` is the ``for`` iterable; the
+    name is one of its elements), ``aug`` (``x += value``: ``node`` is the statement) or
+    ``unknown``."""
+
+    node: ast.AST
+    kind: str
+    value: ast.AST | None = None
+
+
+UNKNOWN = Definition(ast.Pass(), "unknown")  # a parameter, a global, anything not followed
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+class ReachingDefinitions:
+    """For every read of a local name in one function (None: module level), the definitions
+    that may reach it, and the reads of the same name that may have come just before it."""
+
+    def __init__(self, facts: FileFacts, func):
+        self.facts = facts
+        self.func = func
+        self.reaching: dict[ast.Name, frozenset[Definition]] = {}
+        self.previous_reads: dict[ast.Name, frozenset[ast.Name]] = {}
+        self.augmented: dict[ast.AugAssign, frozenset[Definition]] = {}
+        self._loops: list[tuple[list, list]] = []
+        self._elements: dict[tuple[int, int], ast.Subscript] = {}
+        self.unstable = _unstable_names(facts, func)
+        body = facts.tree.body if func is None else func.body
+        self._block(body, {})
+
+    # state: name -> (definitions, reads since the last definition); a missing name is unbound
+    # here (a parameter, a global, a free name): unknown.
+    def _block(self, body: list[ast.stmt], state):
+        for stmt in body:
+            if state is None:
+                return None  # unreachable after return/raise/break/continue
+            state = self._statement(stmt, state)
+        return state
+
+    def _statement(self, stmt: ast.stmt, state):
+        state = dict(state)
+        if isinstance(stmt, ast.Assign):
+            self._read(stmt.value, state)
+            for target in stmt.targets:
+                self._assign(target, stmt.value, state)
+        elif isinstance(stmt, ast.AnnAssign):
+            if stmt.value is not None:
+                self._read(stmt.value, state)
+                self._assign(stmt.target, stmt.value, state)
+        elif isinstance(stmt, ast.AugAssign):
+            self._read(stmt.value, state)
+            if isinstance(stmt.target, ast.Name):
+                self.augmented[stmt] = self._definitions(stmt.target.id, state)
+                self._define(stmt.target.id, Definition(stmt, "aug", stmt.value), state)
+            else:
+                self._read(stmt.target, state)
+        elif isinstance(stmt, (ast.Expr, ast.Return, ast.Raise, ast.Assert, ast.Delete)):
+            for child in ast.iter_child_nodes(stmt):
+                self._read(child, state)
+            if isinstance(stmt, ast.Delete):
+                for target in stmt.targets:
+                    for name in _stored(target):
+                        self._define(name, UNKNOWN, state)
+            if isinstance(stmt, (ast.Return, ast.Raise)):
+                return None
+        elif isinstance(stmt, ast.If):
+            self._read(stmt.test, state)
+            return _join([self._block(stmt.body, state), self._block(stmt.orelse, state)])
+        elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            return self._loop(stmt, state)
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            for item in stmt.items:
+                self._read(item.context_expr, state)
+                if item.optional_vars is not None:
+                    for name in _stored(item.optional_vars):
+                        self._define(name, UNKNOWN, state)
+            return self._block(stmt.body, state)
+        elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
+            after = self._block(stmt.body, state)
+            bound = {n for s in stmt.body for node in ast.walk(s) for n in _stored(node)}
+            entry = _join([state, after])
+            if entry is not None:
+                for name in bound:  # a handler may run after any statement of the body
+                    defs, reads = entry.get(name, (frozenset({UNKNOWN}), frozenset()))
+                    entry[name] = (defs | {UNKNOWN}, reads)
+            ends = [self._block(stmt.orelse, after) if after is not None else None]
+            for handler in stmt.handlers:
+                handler_state = dict(entry) if entry is not None else None
+                if handler_state is not None and handler.name:
+                    self._define(handler.name, UNKNOWN, handler_state)
+                ends.append(self._block(handler.body, handler_state))
+            joined = _join(ends)
+            return self._block(stmt.finalbody, joined if joined is not None else entry) if stmt.finalbody else joined
+        elif isinstance(stmt, (ast.Continue, ast.Break)):
+            if self._loops:
+                self._loops[-1][0 if isinstance(stmt, ast.Continue) else 1].append(state)
+            return None
+        elif isinstance(stmt, (ast.Pass, ast.Global, ast.Nonlocal)):
+            pass
+        else:  # def, class, import, match, ...: what they bind is unknown
+            for child in ast.iter_child_nodes(stmt):
+                if isinstance(child, ast.expr):
+                    self._read(child, state)
+            for name in _bound_by(stmt):
+                self._define(name, UNKNOWN, state)
+            if hasattr(stmt, "cases"):
+                ends = [state]
+                for case in stmt.cases:
+                    case_state = dict(state)
+                    for node in ast.walk(case.pattern):
+                        name = getattr(node, "name", None)
+                        if isinstance(name, str):
+                            self._define(name, UNKNOWN, case_state)
+                    ends.append(self._block(case.body, case_state))
+                return _join(ends)
+        return state
+
+    def _loop(self, stmt, state):
+        if isinstance(stmt, ast.While):
+            self._read(stmt.test, state)
+        else:
+            self._read(stmt.iter, state)
+        entry = head = state
+        breaks: list = []
+        for _ in range(10):
+            self._loops.append(([], []))
+            body_state = dict(head)
+            if isinstance(stmt, ast.While):
+                self._read(stmt.test, body_state)
+            else:
+                self._assign(stmt.target, None, body_state, loop=stmt)
+            end = self._block(stmt.body, body_state)
+            continues, breaks = self._loops.pop()
+            new_head = _join([entry, end, *continues])
+            if new_head == head:
+                break
+            head = new_head
+        else:  # no fixed point: everything the loop binds is unknown
+            head = dict(entry)
+            for node in ast.walk(stmt):
+                for name in _stored(node):
+                    self._define(name, UNKNOWN, head)
+        return _join([self._block(stmt.orelse, head), *breaks])
+
+    # -- bindings and reads ----------------------------------------------------------------
+    def _assign(self, target, value, state, loop=None) -> None:
+        if isinstance(target, ast.Name):
+            if loop is not None:
+                definition = Definition(target, "loop", loop.iter)
+            elif value is not None:
+                definition = Definition(target, "assign", value)
+            else:
+                definition = UNKNOWN
+            self._define(target.id, definition, state)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            paired = (
+                isinstance(value, (ast.Tuple, ast.List))
+                and len(value.elts) == len(target.elts)
+                and not any(isinstance(e, ast.Starred) for e in (*target.elts, *value.elts))
+            )
+            for i, elt in enumerate(target.elts):
+                if paired:
+                    self._assign(elt, value.elts[i], state)
+                elif loop is not None:
+                    self._assign(elt, None, state, loop=loop)
+                else:  # `x, y = batch`: an element of the value (one node per element, kept)
+                    element = None
+                    if value is not None and not isinstance(elt, ast.Starred):
+                        element = self._elements.get((id(value), i))
+                        if element is None:
+                            element = ast.copy_location(ast.Subscript(value=value, slice=ast.Constant(i), ctx=ast.Load()), value)
+                            self._elements[(id(value), i)] = element
+                    self._assign(elt.value if isinstance(elt, ast.Starred) else elt, element, state)
+        elif isinstance(target, ast.Starred):
+            self._assign(target.value, None, state)
+        else:  # `a.b = v`, `a[i] = v`: read `a`, bind nothing
+            self._read(target, state)
+
+    def _define(self, name: str, definition: Definition, state) -> None:
+        state[name] = (frozenset({definition}), frozenset())
+
+    def _definitions(self, name: str, state) -> frozenset[Definition]:
+        if name in self.unstable or name not in state:
+            return frozenset({UNKNOWN})
+        return state[name][0]
+
+    def _read(self, node: ast.AST | None, state) -> None:
+        """Record the reads in ``node`` (evaluated here), in source order; walrus targets bind."""
+        if node is None:
+            return
+        for child in _evaluated(node):
+            if isinstance(child, ast.NamedExpr):
+                self._read(child.value, state)
+                self._define(child.target.id, Definition(child.target, "assign", child.value), state)
+            elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+                self.reaching[child] = self.reaching.get(child, frozenset()) | self._definitions(child.id, state)
+                defs, reads = state.get(child.id, (frozenset({UNKNOWN}), frozenset()))
+                self.previous_reads[child] = self.previous_reads.get(child, frozenset()) | reads
+                state[child.id] = (defs, reads | {child})
+
+
+def _evaluated(node: ast.AST) -> list[ast.AST]:
+    """Names and walrus expressions that evaluating ``node`` reads, in source order, not
+    inside lambdas, nested scopes or comprehensions (their reads happen later, or in a scope
+    of their own: the rules treat a read there as the value escaping)."""
+    out: list[ast.AST] = []
+    todo = [node]
+    while todo:
+        current = todo.pop()
+        if isinstance(current, (*_SCOPES, *_COMPREHENSIONS)):
+            continue
+        if isinstance(current, (ast.Name, ast.NamedExpr)):
+            out.append(current)  # a walrus: its value is read by the caller, then it binds
+            continue
+        todo.extend(reversed(list(ast.iter_child_nodes(current))))
+    return sorted(out, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+
+def _join(states: Iterable):
+    live = [s for s in states if s is not None]
+    if not live:
+        return None
+    out = {}
+    for name in {n for s in live for n in s}:
+        defs, reads = frozenset(), frozenset()
+        for s in live:
+            d, r = s.get(name, (frozenset({UNKNOWN}), frozenset()))
+            defs, reads = defs | d, reads | r
+        out[name] = (defs, reads)
+    return out
+
+
+def _stored(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return [node.id]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Starred)):
+        return [n for child in ast.iter_child_nodes(node) for n in _stored(child)]
+    return []
+
+
+def _bound_by(stmt: ast.stmt) -> list[str]:
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [stmt.name]
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return [(a.asname or a.name).split(".")[0] for a in stmt.names]
+    return [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)]
+
+
+def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
+    """Names whose binding or object something else may reach between two statements:
+    declared ``global``/``nonlocal`` in the function or in a function nested in it, or (at
+    module level) read by a function of the file as a global (not a name of its own)."""
+    root = facts.tree if func is None else func
+    out: set[str] = set()
+    for node in ast.walk(root):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            out.update(node.names)
+        elif func is None and node is not root and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            scope = facts.scope_of_node.get(node)
+            own = scope.locals | set(scope.imports) if scope is not None else set()
+            out.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in own)
+    return frozenset(out)
+
+
+def reaching_definitions(facts: FileFacts, func) -> ReachingDefinitions:
+    """The :class:`ReachingDefinitions` of ``func`` (None: module level), once per file."""
+    return facts.memo(("provenance.reaching", func), lambda: ReachingDefinitions(facts, func))
+
+
+# -- origins -----------------------------------------------------------------------------------
+def constructor(facts: FileFacts, expr: ast.AST) -> bool | None:
+    """For a call that builds a fresh tensor needing no grad: whether it takes
+    ``requires_grad=`` (True/False); None for anything else. A call that already passes
+    ``requires_grad`` or ``out=`` is not fresh."""
+    if not isinstance(expr, ast.Call):
+        return None
+    if any(k.arg in ("requires_grad", "out") for k in expr.keywords):
+        return None
+    qual = facts.qualname(expr.func) or ""
+    prefix, _, last = qual.rpartition(".")
+    if prefix in ("torch", "torch.cuda") and last in CONSTRUCTORS:
+        return CONSTRUCTORS[last] and prefix == "torch"
+    if isinstance(expr.func, ast.Attribute) and qual == "" and expr.func.attr in NEW_METHODS:
+        return NEW_METHODS[expr.func.attr]
+    return None
+
+
+def origin(facts: FileFacts, expr: ast.AST) -> Origin | None:
+    """What ``expr`` evaluates to (see the module docstring), or None: it may carry a graph."""
+    return _origin(facts, expr, frozenset(), 0)
+
+
+def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int) -> Origin | None:
+    if depth > 24:
+        return None
+    node = expr
+    while True:
+        if constructor(facts, node) is not None:
+            return Origin(FRESH)
+        if isinstance(node, ast.Attribute) and node.attr == "data":
+            return Origin(DATA)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" and not node.args:
+            return Origin(DETACHED)
+        if isinstance(node, ast.Call) and facts.call_qualname(node) == VARIABLE:
+            return _variable_result(facts, node, seen, depth)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KEEPING_METHODS:
+            if node.func.attr == "fill_" and not all(isinstance(a, ast.Constant) for a in node.args):
+                return None  # a tensor fill value may need grad
+            node = node.func.value
+            continue
+        break
+    if isinstance(node, ast.Name):
+        return _name_origin(facts, node, seen, depth)
+    if isinstance(node, (ast.Subscript, ast.Attribute)):
+        inner = _origin(facts, node.value, seen, depth + 1)
+        if inner is None:
+            return None
+        if isinstance(node, ast.Attribute):  # `batch.text` (torchtext): only a batch has fields
+            return inner if inner.kind == BATCH else None
+        return Origin(inner.kind, None, inner.line)  # an index is a view: another object
+    if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
+        parts = [_origin(facts, e, seen, depth + 1) for e in node.elts]
+        return _combine(parts)
+    return None
+
+
+def _variable_result(facts, call: ast.Call, seen, depth) -> Origin | None:
+    """A legacy ``Variable(x)``: detached (``x``'s origin if the rewrite drops the wrapper),
+    unless it asks for ``requires_grad``."""
+    flag = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "requires_grad"), None)
+    if flag is not None and not (isinstance(flag, ast.Constant) and not flag.value):
+        return None
+    if not call.args:
+        return None
+    inner = _origin(facts, call.args[0], seen, depth + 1)
+    return Origin(inner.kind, None, inner.line) if inner is not None else Origin(DETACHED)
+
+
+def _name_origin(facts, name: ast.Name, seen, depth) -> Origin | None:
+    func = facts.function_of.get(name)
+    if isinstance(func, ast.Lambda):
+        return None
+    flow = reaching_definitions(facts, func)
+    definitions = flow.reaching.get(name)
+    if not definitions or UNKNOWN in definitions:
+        return None
+    parts = []
+    for definition in definitions:
+        if definition in seen:
+            return None  # `x = x.cuda()` in a loop: its own earlier value
+        parts.append(_definition_origin(facts, flow, definition, seen | {definition}, depth + 1))
+    found = _combine(parts)
+    if found is None:
+        return None
+    line = min(getattr(d.node, "lineno", 0) for d in definitions)
+    return Origin(found.kind, name, line)
+
+
+def _definition_origin(facts, flow, definition: Definition, seen, depth) -> Origin | None:
+    if definition.kind == "assign":
+        return _origin(facts, definition.value, seen, depth)
+    if definition.kind == "loop":
+        if loader_iterable(facts, definition.value):
+            return Origin(BATCH)
+        return None
+    if definition.kind == "aug":
+        old = flow.augmented.get(definition.node, frozenset({UNKNOWN}))
+        if UNKNOWN in old:
+            return None
+        parts = [_definition_origin(facts, flow, d, seen | {d}, depth + 1) for d in old if d not in seen]
+        if len(parts) != len(old):
+            return None
+        value = definition.value
+        if not (isinstance(value, ast.Constant) and isinstance(value.value, (int, float))):
+            parts.append(_origin(facts, value, seen, depth))
+        return _combine(parts)
+    return None
+
+
+def _combine(parts: list[Origin | None]) -> Origin | None:
+    """The weakest of ``parts``: unknown if any is, else a batch if any is, else proven."""
+    if not parts or any(p is None for p in parts):
+        return None
+    batch = [p for p in parts if p.kind == BATCH]
+    return batch[0] if batch else parts[0]
+
+
+def loader_iterable(facts: FileFacts, expr: ast.AST) -> bool:
+    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``."""
+    if isinstance(expr, ast.Call):
+        if (facts.qualname(expr.func) or "").endswith("DataLoader"):
+            return True
+        func = expr.func
+        called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if called in _LOADER_WRAPPERS:
+            return any(loader_iterable(facts, a) for a in expr.args)
+        expr = expr.func  # get_loader(), self.train_loader()
+    name = dotted_name(expr)
+    return name is not None and bool(LOADER_NAME.search(name.rpartition(".")[2]))
+
+
+# -- may the object stand for its detached alias -----------------------------------------------------
+_HARMLESS_BUILTINS = frozenset({"print", "len", "isinstance", "type", "str", "repr", "int", "float", "bool", "format", "id"})
+_LEAF_CHANGERS = frozenset({"requires_grad_", "retain_grad", "register_hook", "set_", "share_memory_"})
+
+
+def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
+    """Whether a ``Variable(..)`` call wrapping the value that the name ``read`` holds may
+    become that value itself: see the module docstring."""
+    func = facts.function_of.get(read)
+    if isinstance(func, ast.Lambda):
+        return False
+    flow = reaching_definitions(facts, func)
+    definitions = flow.reaching.get(read, frozenset())
+    if not definitions or UNKNOWN in definitions:
+        return False
+    if read in flow.previous_reads.get(read, ()):
+        return False  # a loop runs the call again on the same value
+    root = facts.tree if func is None else func
+    for node in ast.walk(root):
+        if not (isinstance(node, ast.Name) and node.id == read.id) or node is read:
+            continue
+        if node not in flow.reaching:  # in a nested scope or a comprehension: the value escapes
+            if isinstance(node.ctx, ast.Load):
+                return False
+            continue
+        if not (flow.reaching[node] & definitions):
+            continue  # another value under the same name
+        if read in flow.previous_reads.get(node, ()):
+            return False  # read again after the call (not rebound by it): both would be visible
+        if not _harmless_read(facts, node):
+            return False
+    return True
+
+
+def _harmless_read(facts, node: ast.Name) -> bool:
+    """A read of the value that can neither make it require grad nor hand it on."""
+    parent = facts.parents.get(node)
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        if not isinstance(parent.ctx, ast.Load):
+            return False  # `x.requires_grad = True`, `x.data = ..`
+        call = facts.parents.get(parent)
+        if isinstance(call, ast.Call) and call.func is parent:
+            method = parent.attr
+            if method in _LEAF_CHANGERS:
+                return False
+            if method.endswith("_"):  # in place: the operands must need no grad
+                operands = [*call.args, *(k.value for k in call.keywords)]
+                return all(isinstance(a, ast.Constant) or (o := origin(facts, a)) is not None and o.kind in PROVEN for a in operands)
+        return True
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        if isinstance(parent.ctx, ast.Load):
+            return True
+        assign = facts.parents.get(parent)
+        value = getattr(assign, "value", None)
+        return value is not None and (isinstance(value, ast.Constant) or (o := origin(facts, value)) is not None and o.kind in PROVEN)
+    if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
+        return True
+    if isinstance(parent, ast.Call) and node in parent.args or isinstance(parent, ast.keyword):
+        call = parent if isinstance(parent, ast.Call) else facts.parents.get(parent)
+        qual = facts.call_qualname(call) or ""
+        if qual == VARIABLE:
+            return False
+        if qual.startswith("torch.") and qual != "torch.nn.Parameter":
+            return True
+        func = call.func
+        return isinstance(func, ast.Name) and func.id in _HARMLESS_BUILTINS and qual == ""
+    return False
