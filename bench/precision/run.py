@@ -89,9 +89,13 @@ def gradfix(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]]) -> list[dict[str, str]]:
-    """Run gradfix on each checkout; return one row per finding and save the diffs."""
-    rows: list[dict[str, str]] = []
+def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]],
+                keep: list[dict[str, str]] = ()) -> list[dict[str, str]]:
+    """Run gradfix on each checkout; return one row per finding and save the diffs.
+
+    ``keep``: findings of earlier runs (of repositories not run now) written out with the new ones.
+    """
+    rows: list[dict[str, str]] = list(keep)
     (out / "diffs").mkdir(parents=True, exist_ok=True)
     for repo, commit in repos:
         path = checkout_dir(corpus, repo)
@@ -313,6 +317,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="where findings.tsv and the diffs go (keep it outside the repository)")
     ap.add_argument("--no-run", action="store_true", help="reuse OUT/findings.tsv")
+    ap.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME",
+                    help="run only these repositories (repeatable); the last run's findings of "
+                         "the others are kept")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--stamp", action="store_true",
                     help="after judging: record this run's rewrite digests in verdicts.tsv")
@@ -325,6 +332,13 @@ def main() -> int:
         raise SystemExit(f"no repositories of sample {args.sample} listed in {REPOS_MD}")
     if args.no_run:
         findings = read_tsv(args.out / "findings.tsv")
+    elif args.repo:
+        unknown = sorted(set(args.repo) - {r for r, _ in repos})
+        if unknown:
+            raise SystemExit(f"not in sample {args.sample}: {', '.join(unknown)}")
+        keep = [f for f in read_tsv(args.out / "findings.tsv") if f["repo"] not in args.repo]
+        findings = run_gradfix(args.corpus.resolve(), args.out,
+                               [r for r in repos if r[0] in args.repo], keep)
     else:
         findings = run_gradfix(args.corpus.resolve(), args.out, repos)
     add_digests(findings, args.out)
