@@ -116,8 +116,9 @@ class GlobalGradToggle(Rule):
     kept (`T.no_grad()`, `torch.autograd.no_grad()`).
 
     Module-level toggles that end with `set_grad_enabled(True)` (the module hands the default
-    mode back) and those of a notebook (nothing imports it; its top level is the script) are
-    silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
+    mode back) and those of a notebook or of a standalone script (nothing imports it; its top
+    level is the program: a top-level loop or `with`, or a call of a function or class the file
+    defines, and no `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
     `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
@@ -202,6 +203,21 @@ class GlobalGradToggle(Rule):
 
             if __name__ == '__main__':
                 main(parse())
+            """
+        ),
+        # A standalone script (its top level runs the program; nothing imports it): the
+        # toggle is the script's own setting, as in a notebook.
+        Valid(
+            """
+            import torch
+            torch.set_grad_enabled(False)
+
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x * 2
+
+            net = Net()
+            y = net(torch.ones(2))
             """
         ),
         # A module-level pair that hands the default mode back (a tutorial showing the API):
@@ -574,8 +590,8 @@ class GlobalGradToggle(Rule):
     def _report_module_level(self, facts, parent, toggles):
         if _under_main_guard(facts, toggles[0].stmt):
             return
-        if facts.path.endswith(".ipynb"):
-            return  # a notebook's top level is the script itself: nothing imports it
+        if facts.path.endswith(".ipynb") or _standalone_script(facts):
+            return  # a notebook's or script's top level is the program itself: nothing imports it
         if len(toggles) > 1 and toggles[-1].mode is True:
             return  # `False` … `True`: the module hands the default mode back; no importer sees a change
         for t in toggles:
@@ -904,10 +920,35 @@ def _scoped_text(facts: FileFacts, t: _Toggle) -> str:
     return f"{prefix}.{'enable_grad' if t.mode else 'no_grad'}()"
 
 
+def _standalone_script(facts: FileFacts) -> bool:
+    """The file's top level runs its program (so nothing imports it and a grad toggle there is
+    the program's own setting): a top-level loop or `with`, or a top-level call of a function or
+    class the file defines. A file with a `__main__` guard is written to be imported too, and is
+    not a standalone script. (Top-level prints alone do not make a script: a demo module can be
+    imported for its definitions.)"""
+    body = facts.tree.body
+    if any(isinstance(s, ast.If) and _is_main_guard(facts, s) for s in body):
+        return False
+    defined = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for stmt in body:
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            return True
+        if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
+            for node in ast.walk(stmt.value):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    if node.func.id in defined:
+                        return True
+    return False
+
+
+def _is_main_guard(facts: FileFacts, node: ast.If) -> bool:
+    return "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test)
+
+
 def _under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
     node = facts.parents.get(stmt)
     while node is not None:
-        if isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test):
+        if isinstance(node, ast.If) and _is_main_guard(facts, node):
             return True
         node = facts.parents.get(node)
     return False
