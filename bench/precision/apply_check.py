@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import checkout_dir, listed_repos  # noqa: E402
+from run import SAMPLES, checkout_dir, listed_repos  # noqa: E402
 
 from gradfix.notebook import mask_cell, read_cells  # noqa: E402
 
@@ -74,16 +74,20 @@ def cell_problems(old: Path, new: Path) -> tuple[int, list[str]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("CORPUS", "/work/corpus")))
+    ap.add_argument("--sample", type=int, choices=sorted(SAMPLES), default=1,
+                    help="1: rounds 1-3; 2: round 4 (see run.py)")
+    ap.add_argument("--corpus", type=Path, default=None,
+                    help="default: $CORPUS, else the sample's corpus")
     ap.add_argument("--copy", type=Path, required=True, help="where the copies go (not the corpus)")
     ap.add_argument("--pyflakes", default="/tmp/pf", help="PYTHONPATH holding pyflakes")
     args = ap.parse_args()
+    args.corpus = args.corpus or Path(os.environ.get("CORPUS", SAMPLES[args.sample][1]))
     corpus, copies = args.corpus.resolve(), args.copy.resolve()
     if copies == corpus or corpus in copies.parents:
         raise SystemExit("--copy must not be inside the corpus")
     totals = dict(files=0, py=0, nb=0, cells=0, undef_before=0, undef_after=0)
     failures = []
-    for repo, _ in listed_repos():
+    for repo, _ in listed_repos(args.sample):
         orig = checkout_dir(corpus, repo)
         if not orig.is_dir():
             continue

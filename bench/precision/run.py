@@ -17,6 +17,11 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
+Two samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+corpus ``/work/corpus``) and ``--sample 2`` (round 4, a second unseen sample: the table under
+REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
+``/work/precision-out-r4``).
+
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
 """
@@ -35,8 +40,14 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-VERDICTS = HERE / "verdicts.tsv"
 REPOS_MD = HERE / "REPOS.md"
+# sample -> (its verdicts file, default corpus, default output folder)
+SAMPLES = {
+    1: (HERE / "verdicts.tsv", Path("/work/corpus"), Path("/work/precision-out")),
+    2: (HERE / "verdicts4.tsv", Path("/work/corpus2"), Path("/work/precision-out-r4")),
+}
+# the heading in REPOS.md above which the rows are sample 1 and below which they are sample 2
+SAMPLE2_HEADING = "# Round 4"
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
@@ -46,12 +57,15 @@ FILE_HEADER = re.compile(r"^--- a/[^/]+/(.+?)(?::cell (\d+))?$")
 HUNK_HEADER = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@")
 
 
-def listed_repos() -> list[tuple[str, str]]:
-    """(owner/name, commit) for each row of the table in REPOS.md."""
+def listed_repos(sample: int = 1) -> list[tuple[str, str]]:
+    """(owner/name, commit) for each row of the sample's table in REPOS.md."""
     rows = []
+    current = 1
     for line in REPOS_MD.read_text(encoding="utf-8").splitlines():
+        if line.startswith(SAMPLE2_HEADING):
+            current = 2
         m = ROW.match(line)
-        if m:
+        if m and current == sample:
             rows.append((m.group(1), m.group(2)))
     return rows
 
@@ -75,9 +89,13 @@ def gradfix(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]]) -> list[dict[str, str]]:
-    """Run gradfix on each checkout; return one row per finding and save the diffs."""
-    rows: list[dict[str, str]] = []
+def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]],
+                keep: list[dict[str, str]] = ()) -> list[dict[str, str]]:
+    """Run gradfix on each checkout; return one row per finding and save the diffs.
+
+    ``keep``: findings of earlier runs (of repositories not run now) written out with the new ones.
+    """
+    rows: list[dict[str, str]] = list(keep)
     (out / "diffs").mkdir(parents=True, exist_ok=True)
     for repo, commit in repos:
         path = checkout_dir(corpus, repo)
@@ -193,12 +211,12 @@ def add_digests(findings: list[dict[str, str]], out: Path) -> None:
         f["rewrite"] = rewrite_digest(f, cache[name])
 
 
-def stamp(findings: list[dict[str, str]], verdicts: list[dict[str, str]]) -> None:
-    """Record in verdicts.tsv the rewrite digest of each judged finding of this run."""
+def stamp(findings: list[dict[str, str]], verdicts: list[dict[str, str]], path: Path) -> None:
+    """Record in the verdicts file the rewrite digest of each judged finding of this run."""
     current = {key(f): f["rewrite"] for f in findings}
     for v in verdicts:
         v["rewrite"] = current.get(key(v), v.get("rewrite") or "")
-    with open(VERDICTS, "w", encoding="utf-8", newline="") as fh:
+    with open(path, "w", encoding="utf-8", newline="") as fh:
         w = csv.DictWriter(fh, FIELDS, delimiter="\t", lineterminator="\n")
         w.writeheader()
         w.writerows({k: v.get(k, "") for k in FIELDS} for v in verdicts)
@@ -291,26 +309,42 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--corpus", type=Path, default=Path(os.environ.get("CORPUS", "/work/corpus")),
-                    help="folder holding one checkout per repository, named owner+name")
-    ap.add_argument("--out", type=Path, default=Path("/work/precision-out"),
+    ap.add_argument("--sample", type=int, choices=sorted(SAMPLES), default=1,
+                    help="1: rounds 1-3 (verdicts.tsv); 2: round 4 (verdicts4.tsv)")
+    ap.add_argument("--corpus", type=Path, default=None,
+                    help="folder holding one checkout per repository, named owner+name "
+                         "(default: $CORPUS, else the sample's corpus)")
+    ap.add_argument("--out", type=Path, default=None,
                     help="where findings.tsv and the diffs go (keep it outside the repository)")
     ap.add_argument("--no-run", action="store_true", help="reuse OUT/findings.tsv")
+    ap.add_argument("--repo", action="append", default=[], metavar="OWNER/NAME",
+                    help="run only these repositories (repeatable); the last run's findings of "
+                         "the others are kept")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--stamp", action="store_true",
                     help="after judging: record this run's rewrite digests in verdicts.tsv")
     args = ap.parse_args()
-    repos = listed_repos()
+    verdicts_path, corpus, out = SAMPLES[args.sample]
+    args.corpus = args.corpus or Path(os.environ.get("CORPUS", corpus))
+    args.out = args.out or out
+    repos = listed_repos(args.sample)
     if not repos:
-        raise SystemExit(f"no repositories listed in {REPOS_MD}")
+        raise SystemExit(f"no repositories of sample {args.sample} listed in {REPOS_MD}")
     if args.no_run:
         findings = read_tsv(args.out / "findings.tsv")
+    elif args.repo:
+        unknown = sorted(set(args.repo) - {r for r, _ in repos})
+        if unknown:
+            raise SystemExit(f"not in sample {args.sample}: {', '.join(unknown)}")
+        keep = [f for f in read_tsv(args.out / "findings.tsv") if f["repo"] not in args.repo]
+        findings = run_gradfix(args.corpus.resolve(), args.out,
+                               [r for r in repos if r[0] in args.repo], keep)
     else:
         findings = run_gradfix(args.corpus.resolve(), args.out, repos)
     add_digests(findings, args.out)
-    verdicts = read_tsv(VERDICTS)
+    verdicts = read_tsv(verdicts_path)
     if args.stamp:
-        stamp(findings, verdicts)
+        stamp(findings, verdicts, verdicts_path)
     return compare(findings, verdicts, args.markdown)
 
 

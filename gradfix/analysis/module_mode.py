@@ -810,6 +810,8 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
             continue
         for target in targets:
             if dotted_name(target) == module:
+                if _rebinds_itself(facts, value, module):
+                    continue  # `m = torch.compile(m)`, `m = m.cuda()`: the kinds of the other bindings
                 verdicts.append(_value_verdict(facts, sens, names, value, None, node, depth, busy))
             elif isinstance(target, (ast.Tuple, ast.List)):
                 for index, element in enumerate(target.elts):
@@ -835,19 +837,38 @@ _WRAPPER_CALLS = frozenset(
 )
 
 
+def _wrapped(facts: FileFacts, base: ast.AST, index: int | None) -> tuple[bool, ast.expr | None]:
+    """(whether ``base`` is a wrapper call, the module it wraps when it is one)."""
+    if not isinstance(base, ast.Call):
+        return False, None
+    func = base.func
+    if not (facts.call_qualname(base) in _WRAPPER_CALLS or (isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS)):
+        return False, None
+    i = index or 0
+    wrapped = next((k.value for k in base.keywords if k.arg in ("module", "model")), None) if i == 0 else None
+    if wrapped is None and i < len(base.args):
+        wrapped = base.args[i]
+    return True, wrapped
+
+
+def _rebinds_itself(facts: FileFacts, value: ast.AST, module: str) -> bool:
+    """``module = <the same module>``: an alias (``m = m.cuda()``) or a wrapper of it
+    (``m = torch.compile(m)``). Such a binding holds one of the modules the name's other bindings
+    hold, so it adds no kind of its own; reading it as another binding of the name (flow-insensitive)
+    would recurse through every other self-rebinding of the name."""
+    base = strip_moves(value)
+    if dotted_name(base) == module:
+        return True
+    is_wrapper, wrapped = _wrapped(facts, base, None)
+    return is_wrapper and wrapped is not None and dotted_name(wrapped) == module
+
+
 def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int | None, node, depth: int, busy: frozenset) -> str:
     """The verdict for binding ``value`` (element ``index`` of it when unpacked)."""
     base = strip_moves(value)
     if isinstance(base, ast.Call):
-        func = base.func
-        wrapper = facts.call_qualname(base) in _WRAPPER_CALLS or (
-            isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS
-        )
+        wrapper, wrapped = _wrapped(facts, base, index)
         if wrapper:
-            i = index or 0
-            wrapped = next((k.value for k in base.keywords if k.arg in ("module", "model")), None) if i == 0 else None
-            if wrapped is None and i < len(base.args):
-                wrapped = base.args[i]
             name = dotted_name(wrapped) if wrapped is not None else None
             if name is None:
                 return UNKNOWN if wrapped is None else _expression_verdict(sens, names, wrapped)

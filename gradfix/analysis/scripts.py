@@ -11,12 +11,35 @@ from gradfix.facts import FileFacts
 _ENTRY_NAME = re.compile(r"^(_?main(_\w+)?|\w+_main)$")
 
 
+def is_main_guard(facts: FileFacts, node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test)
+
+
 def under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
     node = facts.parents.get(stmt)
     while node is not None:
-        if isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test):
+        if is_main_guard(facts, node):
             return True
         node = facts.parents.get(node)
+    return False
+
+
+def standalone_script(facts: FileFacts) -> bool:
+    """The file's top level runs its program (so nothing imports it and a grad toggle there is
+    the program's own setting): a top-level loop or `with`, or a top-level call of a function or
+    class the file defines. A file with a `__main__` guard is written to be imported too, and is
+    not a standalone script. (Top-level prints alone do not make a script: a demo module can be
+    imported for its definitions.)"""
+    body = facts.tree.body
+    if any(is_main_guard(facts, s) for s in body):
+        return False
+    defined = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for stmt in body:
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
+            return True
+        if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
+            if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined for n in ast.walk(stmt.value)):
+                return True
     return False
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from gradfix.lazy import cst
 
 from gradfix.analysis.insertion import body_start
-from gradfix.analysis.scripts import entry_point, generator_functions, under_main_guard
+from gradfix.analysis.scripts import entry_point, generator_functions, standalone_script, under_main_guard
 from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, saved_mode_names
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
@@ -107,8 +107,9 @@ class GlobalGradToggle(Rule):
     kept (`T.no_grad()`, `torch.autograd.no_grad()`).
 
     Module-level toggles that end with `set_grad_enabled(True)` (the module hands the default
-    mode back) and those of a notebook (nothing imports it; its top level is the script) are
-    silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
+    mode back) and those of a notebook or of a standalone script (nothing imports it; its top
+    level is the program: a top-level loop or `with`, or a call of a function or class the file
+    defines, and no `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
     `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
@@ -193,6 +194,21 @@ class GlobalGradToggle(Rule):
 
             if __name__ == '__main__':
                 main(parse())
+            """
+        ),
+        # A standalone script (its top level runs the program; nothing imports it): the
+        # toggle is the script's own setting, as in a notebook.
+        Valid(
+            """
+            import torch
+            torch.set_grad_enabled(False)
+
+            class Net(torch.nn.Module):
+                def forward(self, x):
+                    return x * 2
+
+            net = Net()
+            y = net(torch.ones(2))
             """
         ),
         # A module-level pair that hands the default mode back (a tutorial showing the API):
@@ -565,8 +581,8 @@ class GlobalGradToggle(Rule):
     def _report_module_level(self, facts, parent, toggles):
         if under_main_guard(facts, toggles[0].stmt):
             return
-        if facts.path.endswith(".ipynb"):
-            return  # a notebook's top level is the script itself: nothing imports it
+        if facts.path.endswith(".ipynb") or standalone_script(facts):
+            return  # a notebook's or script's top level is the program itself: nothing imports it
         if len(toggles) > 1 and toggles[-1].mode is True:
             return  # `False` … `True`: the module hands the default mode back; no importer sees a change
         for t in toggles:

@@ -1,0 +1,98 @@
+"""False positives found by the round-4 precision sample (bench/precision, sample 2), one fixture each.
+
+The fixtures are written for these tests (shapes seen in real code, not copied from it).
+"""
+
+from __future__ import annotations
+
+import ast
+
+from gradfix import Settings, check
+from gradfix.analysis.module_mode import module_sensitivity
+from gradfix.analysis.project import FREE, SENSITIVE
+from gradfix.facts import build_facts
+
+# A module-level model rebound through `torch.compile` several times (a compile-bug repro):
+# every binding of `net` is the same mode-free Sequential, however many times it is re-wrapped.
+REWRAPPED = """\
+import torch
+
+
+def evaluate(net, x):
+    with torch.no_grad():
+        return net(x)
+
+
+net = torch.nn.Sequential(torch.nn.Linear(8, 1), torch.nn.Tanh())
+net = torch.compile(net)
+evaluate(net, torch.randn(2, 8))
+net = torch.nn.Sequential(torch.nn.Linear(8, 1), torch.nn.Tanh())
+net = torch.compile(net)
+net = net.cuda()
+net = torch.compile(net)
+net.train()
+evaluate(net, torch.randn(2, 8))
+"""
+
+
+def _forward_in(facts, func_name):
+    func = next(f for f in facts.functions if f.name == func_name)
+    return next(c for c in facts.calls_in(func) if isinstance(c.func, ast.Name) and c.func.id == "net")
+
+
+def test_rebinding_a_module_to_a_wrapper_of_itself_adds_no_new_kind_of_module():
+    facts = build_facts(REWRAPPED)
+    assert module_sensitivity(facts, "net", _forward_in(facts, "evaluate")) == FREE
+    assert check(REWRAPPED, settings=Settings(select=("GF104",))) == []
+
+
+def test_a_sensitive_binding_among_the_rewrapped_ones_still_counts():
+    source = REWRAPPED.replace("torch.nn.Tanh())\nnet = torch.compile(net)\nnet = net.cuda()",
+                               "torch.nn.Dropout())\nnet = torch.compile(net)\nnet = net.cuda()")
+    facts = build_facts(source)
+    assert module_sensitivity(facts, "net", _forward_in(facts, "evaluate")) == SENSITIVE
+    assert [f.code for f in check(source, settings=Settings(select=("GF104",)))] == ["GF104"]
+
+
+# A benchmark script: grad switched off once at the top, then the program runs at module level.
+SCRIPT = """\
+import torch
+
+torch.manual_seed(0)
+torch.set_grad_enabled(False)
+
+
+class Block(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 3
+
+
+block = Block()
+for _ in range(3):
+    block(torch.randn(4))
+"""
+
+# A test module: pytest imports it, so the toggle leaks into every test collected after it.
+TEST_MODULE = """\
+import torch
+
+torch.set_grad_enabled(False)
+x = torch.randn(10)
+
+
+def test_sum():
+    assert x.sum().grad_fn is None
+"""
+
+
+def test_a_module_level_toggle_in_a_standalone_script_is_the_scripts_own_setting():
+    assert check(SCRIPT, settings=Settings(select=("GF201",))) == []
+    called = SCRIPT.replace("for _ in range(3):\n    block(torch.randn(4))\n", "y = Block()(torch.randn(4))\n")
+    assert check(called, settings=Settings(select=("GF201",))) == []
+
+
+def test_a_module_level_toggle_in_an_importable_module_is_still_reported():
+    assert [f.code for f in check(TEST_MODULE, settings=Settings(select=("GF201",)))] == ["GF201"]
+    # a `__main__` guard says the file is imported too, whatever else its top level runs
+    guarded = SCRIPT + "\nif __name__ == '__main__':\n    print('done')\n"
+    assert [f.code for f in check(guarded, settings=Settings(select=("GF201",)))] == ["GF201"]
