@@ -185,7 +185,7 @@ class _Cut:
             )
             mine, reach = [], -1
             for start, end, e in placed:
-                if start < reach or (start == reach and end == start and mine and mine[-1].end == start):
+                if start < reach:
                     continue  # inside an edit of the same fix: the outer one is what was written
                 text = rendered(e.replacement)
                 if text is None:

@@ -421,8 +421,11 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
             return [None if i in refused else f for i, f in enumerate(found)]
 
         run = fix_virtual(module.text, findings, admit)
-        for index, reason in (refusals[0] if refusals else {}).items():
-            result.findings[index].refused = reason
+        for index, reason in sorted((refusals[0] if refusals else {}).items()):
+            outcome = result.findings[index]
+            outcome.refused = reason
+            where = f"cell {outcome.finding.cell}, line {outcome.finding.line}" if outcome.finding.cell else f"line {outcome.finding.line}"
+            result.notes.append(f"{where}: {outcome.finding.code} not fixed: {reason}")
         try:
             new_sources = _fixed_sources(module, cells, run.source.decode("utf-8"))
         except CellMappingError as again:  # cannot happen: each fix left maps on its own

@@ -265,7 +265,8 @@ def test_a_fix_that_would_move_a_masked_line_leaves_the_notebook_unchanged(tmp_p
     before = write_notebook(path, cells)
     code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF201", "e.ipynb"], capsys, monkeypatch, tmp_path)
     assert "e.ipynb:cell 1:3:5: GF201" in out
-    assert "fixes not applied: one would change a line holding IPython syntax; notebook left unchanged" in err
+    assert "cell 1, line 3: GF201 not fixed: its fix would change a line holding IPython syntax" in err
+    assert "fixable" not in out + err
     assert code == 1 and path.read_bytes() == before
 
 
@@ -365,6 +366,7 @@ def test_a_fix_spanning_two_cells_is_refused_and_the_others_are_made(tmp_path, c
     assert "nb.ipynb:cell 2:2:1: GF304 in-place" in out + err, out + err  # no [*]
     assert "Would fix 1 finding in 1 file; 1 remaining." in out + err and "fixable" not in out + err, out + err
     assert "+with torch.no_grad():" in out, out  # the GF101 fix is still shown
+    assert "cell 2, line 2: GF304 not fixed: its fix spans two notebook cells" in err, err
     assert path.read_bytes() == raw
     code, out, err = run_cli(
         ["--diff", "--unsafe-fixes", "--select", "GF304", "--format", "json", "nb.ipynb"], capsys, monkeypatch, tmp_path
