@@ -51,6 +51,8 @@ def own_edits(source: bytes, findings: Sequence[Finding | None], build: Callable
     pending = list(findings)
     run = None
     for _ in range(EDIT_PASSES):
+        if not any(f is not None for f in pending):
+            break
         run = apply_fixes(source, pending, build, path, separate_siblings=True)
         for i in run.dropped:  # its rule's fixes did not compile beside each other
             alone.add(i)
@@ -151,38 +153,28 @@ class _Cut:
 
     def __post_init__(self):
         import libcst as cst
-        from libcst.metadata import MetadataWrapper, WhitespaceInclusivePositionProvider
 
         ctx, edited = self.run.context, self.run.edited
-        if ctx.module.code != self.old:
+        edits = [e for i in self.run.applied for e in self.run.edits[i]]
+        old_text, old_pos = _rendered_spans(ctx.module, {e.node for e in edits})
+        new_text, new_pos = _rendered_spans(edited, {n for e in edits for n in _nodes_of(e.replacement, cst)})
+        if old_text != self.old:
             self.failed = True
             return
         old_at = _Offsets(self.old)
-        new_text = edited.code
-        new_at = _Offsets(new_text)
-        old_pos = ctx.wrapper.resolve(WhitespaceInclusivePositionProvider)
-        new_pos = MetadataWrapper(edited, unsafe_skip_copy=True).resolve(WhitespaceInclusivePositionProvider)
 
         def rendered(replacement) -> str | None:
-            if isinstance(replacement, cst.CSTNode):
-                nodes = [replacement]
-            elif isinstance(replacement, cst.FlattenSentinel):
-                nodes = list(replacement.nodes)
-            else:
-                nodes = []
+            nodes = _nodes_of(replacement, cst)
             if not nodes:
                 return ""
             if any(n not in new_pos for n in (nodes[0], nodes[-1])):
                 return None
-            return new_text[new_at.start(new_pos[nodes[0]]) : new_at.end(new_pos[nodes[-1]])]
+            return new_text[new_pos[nodes[0]][0] : new_pos[nodes[-1]][1]]
 
         every: list[TextEdit] = []
         self.spans = {}  # finding -> the old spans of its edited nodes
         for i in sorted(self.run.applied):
-            placed = sorted(
-                ((old_at.start(old_pos[e.node]), old_at.end(old_pos[e.node]), e) for e in self.run.edits[i]),
-                key=lambda t: (t[0], -t[1]),
-            )
+            placed = sorted(((*old_pos[e.node], e) for e in self.run.edits[i]), key=lambda t: (t[0], -t[1]))
             mine, reach = [], -1
             for start, end, e in placed:
                 if start < reach:
@@ -287,6 +279,33 @@ def _uses_name(node, bound: set[str]) -> bool:
     return bool(found)
 
 
+def _rendered_spans(module, targets: set) -> tuple[str, dict]:
+    """``module``'s code, and where the code of each of ``targets`` lies in it: the
+    (start, end) offsets of what the node's own code generation writes (its leading comment
+    and blank lines, indentation and line break included). One code generation, no metadata."""
+    from libcst._nodes.internal import CodegenState
+
+    opened: dict = {}
+    closed: dict = {}
+
+    class _Recording(CodegenState):
+        def before_codegen(self, node):
+            if node in targets:
+                opened[node] = len(self.tokens)
+
+        def after_codegen(self, node):
+            if node in opened:
+                closed[node] = (opened.pop(node), len(self.tokens))
+
+    state = _Recording(default_indent=module.default_indent, default_newline=module.default_newline)
+    module._codegen(state)
+    at = [0]
+    for token in state.tokens:
+        at.append(at[-1] + len(token))
+    last = len(state.tokens)  # a token taken back at the end (the file's last line break)
+    return "".join(state.tokens), {n: (at[min(s, last)], at[min(e, last)]) for n, (s, e) in closed.items()}
+
+
 class _Offsets:
     """LibCST (line, column) positions as offsets into a text."""
 
@@ -298,10 +317,4 @@ class _Offsets:
         if line - 1 >= len(self.starts):
             return self.size
         return min(self.starts[line - 1] + col, self.size)
-
-    def start(self, rng) -> int:
-        return self.offset(rng.start.line, rng.start.column)
-
-    def end(self, rng) -> int:
-        return self.offset(rng.end.line, rng.end.column)
 
