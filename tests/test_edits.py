@@ -265,3 +265,27 @@ def test_a_fix_that_changes_nothing_is_not_reported_fixable(monkeypatch):
         assert "fixable" not in summary([result], unsafe_fixes=False, mode="diff")
         assert json.loads(json_report([result], applied_mode=False))[0]["fix"]["refused"] == outcome.refused
         assert "fixes" not in json.loads(sarif_report([result]))["runs"][0]["results"][0]
+
+
+def test_own_edits_take_the_same_few_fix_runs_however_many_findings(monkeypatch):
+    """Linear in findings: the number of LibCST fix runs behind the own edits of a file does
+    not grow with its findings (here: one run for 10 findings and for 120; none fixed alone)."""
+    import gradfix.fixer as fixer
+
+    runs = []
+    real = fixer.apply_fixes
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fixer, "apply_fixes", counted)
+    counts = []
+    for n in (5, 60):
+        source = _many(n)
+        findings = check(source, "m.py", ALL)
+        runs.clear()
+        edits = finding_edits(source, findings, ALL, "m.py")
+        assert len(edits) == 2 * n
+        counts.append(len(runs))
+    assert counts == [1, 1]
