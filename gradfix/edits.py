@@ -116,10 +116,14 @@ def _within(old: str, edit: TextEdit) -> TextEdit:
 
 
 def _import_group(source, old, findings, build, path, members, out, alone) -> None:
-    """One fix-alone run for the first member gives the import edit the group shares."""
-    first, edits, _ = members[0]
+    """One fix-alone run of a member gives the import edit the group shares (of a member whose
+    edit is inside a statement: one that edits a statement of the module could move where the
+    imports go)."""
+    members = sorted(members, key=lambda m: m[2])
+    first, edits, top_level = members[0]
     truth = _alone_text(source, findings[first], build, path)
-    if truth is None:
+    if truth is None or top_level:
+        out[first] = () if truth is None else (_between(old, truth),)
         alone.update(i for i, _, _ in members[1:])
         return
     nodes_only = apply_text_edits(old, edits)
