@@ -179,58 +179,18 @@ def fix_findings(source: bytes, findings: Sequence[Finding | None], settings: Se
 
 def finding_edits(source: bytes, findings: Sequence[Finding], settings: Settings, path: str = "<string>") -> dict[int, tuple]:
     """Each fixable finding's own edit (unsafe ones too) as text replacements in ``source``,
-    by index into ``findings``: what its fix alone would change.
-
-    One fix pass over the whole file is cut into per-finding edits (gradfix.edits); a fix that
-    lost to an overlapping outer one gets its edit from a further pass, so the cost is a few
-    LibCST passes per file however many findings it has.
-    """
+    by index into ``findings``: exactly what its fix alone would change (gradfix.edits reads
+    them off a few fix runs per file, however many findings it has). A finding whose fix
+    changes nothing has none."""
     from dataclasses import replace
 
     from gradfix.edits import own_edits
 
     settings = replace(settings, unsafe_fixes=True)
-    old = decode_source(source)
-    edits: dict[int, tuple] = {}
-    for _ in range(FIX_PASSES):
-        run = fix_findings(source, [f if i not in edits else None for i, f in enumerate(findings)], settings, path)
-        if run is None or not run.applied:
-            break
-        found = own_edits(old, decode_source(run.source), run.node_spans, run.imports)
-        for index in run.applied:
-            edits[index] = found.get(index, ())
-    edits = {i: e for i, e in edits.items() if e}
-    return _checked_edits(source, old, findings, edits, settings, path)
-
-
-# Cutting one whole-file fix into per-finding edits is a diff heuristic: two nearby fixes can
-# be aligned wrongly. In a file with few fixes each cut is checked against that finding's fix
-# alone (and replaced by it where they differ). Bigger files keep the cut unchecked: checking
-# costs a LibCST pass per finding, the quadratic cost the cut exists to avoid.
-EXACT_EDIT_CHECK_MAX = 16
-
-
-def _checked_edits(source: bytes, old: str, findings: Sequence[Finding], edits: dict, settings: Settings, path: str) -> dict:
-    from gradfix.model import TextEdit, apply_text_edits
-
-    if len(edits) > EXACT_EDIT_CHECK_MAX:
-        return edits
-    checked = {}
-    for index, cut in edits.items():
-        run = fix_findings(source, [findings[index]], settings, path)
-        if run is None or 0 not in run.applied or run.source == source:
-            continue
-        alone = decode_source(run.source)
-        if apply_text_edits(old, cut) != alone:  # one replacement from the first to the last change
-            start, shortest = 0, min(len(old), len(alone))
-            while start < shortest and old[start] == alone[start]:
-                start += 1
-            tail = 0
-            while tail < shortest - start and old[-1 - tail] == alone[-1 - tail]:
-                tail += 1
-            cut = (TextEdit(start, len(old) - tail, alone[start : len(alone) - tail]),)
-        checked[index] = cut
-    return checked
+    wanted = [f if wants_fix(f, settings) else None for f in findings]
+    if not any(wanted):
+        return {}
+    return own_edits(source, wanted, _builder(settings), path)
 
 
 # A fix can uncover another finding (GF101 makes a `with` a real grad context that GF203 then
@@ -248,23 +208,30 @@ class StableFix:
     first_pass: set[int]  # indexes into the findings given that the first pass fixed
     remaining: list[Finding]  # the findings of the final source
     notes: list[str]
+    #: False when FIX_PASSES ran out while fixes still changed the source; True means every
+    #: remaining finding whose fix is wanted was tried last and changed nothing.
+    settled: bool = True
 
 
 def fix_until_stable(
-    source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>", project=None
+    source: bytes, findings: list[Finding], settings: Settings, path: str = "<string>", project=None, admit=None
 ) -> StableFix:
+    """Fix ``source`` until a further pass changes nothing. ``admit(source, findings)``, when
+    given, returns the findings each pass may fix (None for the others, e.g. the fixes that a
+    notebook cannot take back into its cells)."""
     aside = formfeed.set_aside(source)
     if aside is not None:  # LibCST drops a form feed that starts a line of code: fix without them
         inner_findings = check(aside.stripped, path, settings, project)
         if len(inner_findings) == len(findings):
-            inner = _fix_until_stable(aside.stripped, inner_findings, settings, path, project)
+            inner = _fix_until_stable(aside.stripped, inner_findings, settings, path, project, admit)
             if inner.source == aside.stripped:
                 return StableFix(source, [], set(), findings, inner.notes)
             restored = aside.restore(inner.source)
             if _compiles(restored, path) and formfeed.set_aside(restored).stripped == inner.source:
-                return StableFix(restored, inner.fixed, inner.first_pass, check(restored, path, settings, project), inner.notes)
+                remaining = check(restored, path, settings, project)
+                return StableFix(restored, inner.fixed, inner.first_pass, remaining, inner.notes, inner.settled)
         return StableFix(source, [], set(), findings, ["cannot fix: the form feeds of this file could not be kept; left unchanged"])
-    return _fix_until_stable(source, findings, settings, path, project)
+    return _fix_until_stable(source, findings, settings, path, project, admit)
 
 
 def _compiles(source: bytes, path: str) -> bool:
@@ -275,10 +242,10 @@ def _compiles(source: bytes, path: str) -> bool:
     return True
 
 
-def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str, project) -> StableFix:
+def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str, project, admit=None) -> StableFix:
     current, fixed, first_pass, notes = source, [], set(), []
     for number in range(FIX_PASSES):
-        run = fix_findings(current, findings, settings, path)
+        run = fix_findings(current, findings if admit is None else admit(current, findings), settings, path)
         if run is None:
             break
         notes.extend(n for n in run.notes if n not in notes)
@@ -289,6 +256,8 @@ def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings
         fixed += [findings[i] for i in sorted(run.applied)]
         current = run.source
         findings = check(current, path, settings, project)  # it compiled, so it parses
+    else:
+        return StableFix(current, fixed, first_pass, findings, notes, settled=False)
     return StableFix(current, fixed, first_pass, findings, notes)
 
 
@@ -346,6 +315,8 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
         own = {id(findings[i]): e for i, e in finding_edits(source, findings, job.settings, job.display).items()}
         for outcome in result.findings:
             outcome.edit = own.get(id(outcome.finding))
+            if outcome.finding.fix is not None and outcome.edit is None:
+                outcome.refused = NO_CHANGE
     if want_fixes:
         stable = fix_until_stable(source, findings, job.settings, job.display, job.project)
         result.notes.extend(stable.notes)
@@ -355,7 +326,15 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
             outcomes = [FixOutcome(f, applied=True, edit=own.get(id(f))) for f in stable.fixed]
             outcomes += [FixOutcome(f, edit=own.get(id(f))) for f in stable.remaining]
             result.findings = sorted(outcomes, key=lambda o: (o.finding.span, o.finding.code))
+        if stable.settled:  # what is left with a wanted fix was tried last and changed nothing
+            for outcome in result.findings:
+                if not outcome.applied and wants_fix(outcome.finding, job.settings):
+                    outcome.refused = outcome.refused or NO_CHANGE
     return result
+
+
+#: The reason a finding whose fix was tried is not reported as fixable.
+NO_CHANGE = "its fix changes nothing here"
 
 
 def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
@@ -364,15 +343,24 @@ def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:
     def check_cells(text: str) -> list[Finding]:
         return check(text, job.display, job.settings, job.project)
 
-    def fix_cells(text: str, findings: list[Finding]) -> FixRun:
+    def fix_cells(text: str, findings: list[Finding], admit=None) -> FixRun:
         from gradfix.fixer import FixRun
 
-        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display, job.project)
+        stable = fix_until_stable(text.encode("utf-8"), findings, job.settings, job.display, job.project, admit)
         return FixRun(stable.source, stable.first_pass, stable.notes)
+
+    def edits_of(text: str, findings: list[Finding]) -> dict[int, tuple]:
+        return finding_edits(text.encode("utf-8"), findings, job.settings, job.display)
 
     try:
         return process_notebook(
-            source, job.display, check_cells, fix_cells, want_fixes, lambda text: suppression_problems(text, _known_codes())
+            source,
+            job.display,
+            check_cells,
+            fix_cells,
+            want_fixes,
+            lambda text: suppression_problems(text, _known_codes()),
+            edits_of,
         )
     except SourceError as exc:
         return FileResult(job.display, old_source=source, error=f"{exc.line}:{exc.col}: {exc.message}", error_kind="syntax")

@@ -128,21 +128,32 @@ class FixRun:
     source: bytes
     applied: set[int] = field(default_factory=set)  # indexes into the findings given
     notes: list[str] = field(default_factory=list)
-    #: For each applied finding: the spans (in the source given) of the nodes its edits replaced,
-    #: and whether it asked to add / remove imports. gradfix.edits splits the change by these.
-    node_spans: dict[int, list[Span]] = field(default_factory=dict)
-    imports: dict[int, tuple[bool, bool]] = field(default_factory=dict)
+    #: What gradfix.edits needs to cut the run into each finding's own edit: the edits of each
+    #: applied finding and the imports it asked for, the original module's context, the module
+    #: with the node edits made (before imports), and the findings dropped because their rule's
+    #: fixes did not compile.
+    edits: dict[int, list[Edit]] = field(default_factory=dict)
+    requests: dict[int, _ImportRequest] = field(default_factory=dict)
+    context: FixContext | None = None
+    edited: cst.Module | None = None
+    dropped: set[int] = field(default_factory=set)
+    waiting: set[int] = field(default_factory=set)  # built a fix that lost to an overlapping one
 
 
 BuildFix = Callable[[Finding, FixContext], "list[Edit] | None"]
 
 
-def apply_fixes(source: bytes, findings: Sequence[Finding], build: BuildFix, path: str = "<string>") -> FixRun:
-    """Apply the fixes of ``findings`` (all of them wanted) to ``source``.
+def apply_fixes(
+    source: bytes, findings: Sequence[Finding | None], build: BuildFix, path: str = "<string>", separate_siblings: bool = False
+) -> FixRun:
+    """Apply the fixes of ``findings`` (all of them wanted; None entries skipped) to ``source``.
 
     ``build(finding, ctx)`` returns the edits of one finding (the rule's ``fix``). A rule whose
     edits make the file fail to compile is dropped with an internal-error note naming it; the
-    others are kept.
+    others are kept. With ``separate_siblings`` (for gradfix.edits), two findings whose edits
+    replace children of one node wait for separate runs when either drops or adds a child
+    there: how a child renders can depend on how many siblings it has (a default comma, the
+    ``pass`` of a block left empty), and each finding's edit must render as it does alone.
     """
     try:
         module = cst.parse_module(source)
@@ -150,7 +161,7 @@ def apply_fixes(source: bytes, findings: Sequence[Finding], build: BuildFix, pat
         return FixRun(source, notes=[f"cannot fix: LibCST could not parse the file ({exc.message})"])
     if module.bytes != source:  # e.g. LibCST drops the last "\r" of a file with old Mac line ends
         return FixRun(source, notes=["cannot fix: LibCST does not reproduce this file byte for byte; left unchanged"])
-    run = _apply_once(module, findings, build)
+    run = _apply_once(module, findings, build, separate_siblings)
     new = run.source
     if new == source:
         return run
@@ -159,21 +170,23 @@ def apply_fixes(source: bytes, findings: Sequence[Finding], build: BuildFix, pat
         return run
     # Find the culprits: try each rule's fixes alone, drop those that break compilation.
     bad_codes = set()
-    for code in sorted({f.code for i, f in enumerate(findings) if i in run.applied}):
-        alone = _apply_once(module, [f if f.code == code else None for f in findings], build)
+    for code in sorted({findings[i].code for i in run.applied}):
+        alone = _apply_once(module, [f if f is not None and f.code == code else None for f in findings], build)
         err = _compile_error(alone.source, path)
         if err is not None:
             bad_codes.add(code)
             run.notes.append(f"internal error: {code} produced code that does not compile ({err}); its fixes were dropped")
-    kept = [None if f.code in bad_codes else f for f in findings]
-    retry = _apply_once(module, kept, build)
+    kept = [None if f is None or f.code in bad_codes else f for f in findings]
+    retry = _apply_once(module, kept, build, separate_siblings)
     retry.notes = run.notes + retry.notes
+    retry.dropped = {i for i, f in enumerate(findings) if f is not None and f.code in bad_codes}
     if _compile_error(retry.source, path) is not None:
         retry = FixRun(source, notes=run.notes + ["internal error: combined fixes do not compile; file left unchanged"])
+        retry.dropped = {i for i, f in enumerate(findings) if f is not None}
     return retry
 
 
-def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: BuildFix) -> FixRun:
+def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: BuildFix, separate_siblings: bool = False) -> FixRun:
     ctx = FixContext(module)
     accepted: list[tuple[int, list[Edit], list[Span]]] = []
     notes: list[str] = []
@@ -196,20 +209,33 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
     candidates.sort(key=lambda c: (c[3].line, c[3].col, -c[3].end_line, -c[3].end_col))
     imports = _ImportRequest()
     taken = _Taken()
-    asked: dict[int, tuple[bool, bool]] = {}
+    asked: dict[int, _ImportRequest] = {}
+    parents: dict[int, tuple[int, bool]] = {}  # id(parent) -> (finding, whether it adds/drops a child)
+    waiting = set()
     for index, edits, spans, _, wanted in candidates:
         if any(taken.overlaps(s) for s in spans):
+            waiting.add(index)
             continue
+        if separate_siblings:
+            mine = [(id(ctx.parent(e.node)), not isinstance(e.replacement, cst.CSTNode)) for e in edits]
+            if any(p in parents and parents[p][0] != index and (resized or parents[p][1]) for p, resized in mine):
+                waiting.add(index)
+                continue
+            for p, resized in mine:
+                parents[p] = (index, resized or parents.get(p, (index, False))[1])
         taken.add(spans)
         accepted.append((index, edits, spans))
         imports.add += wanted.add
         imports.remove_if_unused += wanted.remove_if_unused
-        asked[index] = (bool(wanted.add), bool(wanted.remove_if_unused))
+        asked[index] = wanted
     replacements = {e.node: e.replacement for _, edits, _ in accepted for e in edits}
-    new_module = ctx.module.visit(_ApplyEdits(replacements)) if replacements else ctx.module
+    edited = ctx.module.visit(_ApplyEdits(replacements)) if replacements else ctx.module
+    new_module = edited
     if replacements and (imports.add or imports.remove_if_unused):
         new_module = _fix_imports(new_module, imports)
-    return FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes, {i: s for i, _, s in accepted}, asked)
+    run = FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes, {i: e for i, e, _ in accepted}, asked, ctx, edited)
+    run.waiting = waiting
+    return run
 
 
 class _Taken:

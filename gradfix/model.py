@@ -119,12 +119,16 @@ class FixOutcome:
 
     ``edit`` is the finding's own fix as text replacements in the original source (recorded
     once per file when asked for, e.g. for SARIF or interactive review); None: not computed or
-    no fix.
+    no fix. ``refused`` says why a fix the rule declares cannot be made (None: not refused).
     """
 
     finding: Finding
     applied: bool = False
     edit: tuple[TextEdit, ...] | None = None
+    #: Why the finding's fix cannot be made here, once the fixer has tried it (it changes
+    #: nothing, it could not be built, it would move code across notebook cells): the finding
+    #: is then not reported as fixable.
+    refused: str | None = None
 
 
 @dataclass

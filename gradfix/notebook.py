@@ -272,7 +272,11 @@ def virtual_module(cells: list[Cell], nonce: str | None = None) -> VirtualModule
 
 
 class CellMappingError(Exception):
-    pass
+    """Fixed code that cannot go back into the cells; ``reason`` says it of one finding's fix."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 def split_virtual(module: VirtualModule, text: str) -> tuple[str, dict[int, str]]:
@@ -285,8 +289,11 @@ def split_virtual(module: VirtualModule, text: str) -> tuple[str, dict[int, str]
     pieces = marker.split(text)
     found = [int(pieces[i]) for i in range(1, len(pieces), 2)]
     if found != list(module.starts):
-        raise CellMappingError("internal error: a fix moved code across notebook cells")
+        raise CellMappingError("internal error: a fix moved code across notebook cells", "its fix spans two notebook cells")
     return pieces[0], {int(pieces[i]): pieces[i + 1] for i in range(1, len(pieces), 2)}
+
+
+IPYTHON_LINE = "fixes not applied: one would change a line holding IPython syntax"
 
 
 def unmask(analysed: Analysed, code: str) -> str:
@@ -300,13 +307,13 @@ def unmask(analysed: Analysed, code: str) -> str:
     bodies = [line.rstrip("\r\n") for line in lines]
     for placeholder, original in analysed.masks.items():
         if bodies.count(placeholder) != 1:
-            raise CellMappingError("fixes not applied: one would change a line holding IPython syntax")
+            raise CellMappingError(IPYTHON_LINE, "its fix would change a line holding IPython syntax")
         number = bodies.index(placeholder)
         lines[number] = original + lines[number][len(placeholder):]
     restored = "".join(lines)
     name = placeholder.strip().rsplit("_", 2)[0]
     if name in restored:  # a placeholder copied into another line
-        raise CellMappingError("fixes not applied: one would change a line holding IPython syntax")
+        raise CellMappingError(IPYTHON_LINE, "its fix would change a line holding IPython syntax")
     return restored
 
 
@@ -350,12 +357,17 @@ def _cell_lines(message: str, module: VirtualModule, cell: int) -> str:
     return _LINE_REF.sub(swap, message)
 
 
-def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool, problems=None) -> FileResult:
+def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool, problems=None, edits_of=None) -> FileResult:
     """Check (and fix) one notebook.
 
-    ``check(source) -> findings``, ``fix_virtual(source, findings) -> FixRun | None`` and
+    ``check(source) -> findings``, ``fix_virtual(source, findings[, admit]) -> FixRun | None``,
     ``problems(source) -> [(line, message)]`` (notes about the code, e.g. suppression comments
-    that suppress nothing) are the engine's, passed in so this module stays a pure adapter.
+    that suppress nothing) and ``edits_of(source, findings) -> {index: own edit}`` are the
+    engine's, passed in so this module stays a pure adapter.
+
+    When the fixes together cannot go back into the cells, each finding's own edit says which
+    fix cannot (one that spans two cells, or changes an IPython line): those are refused, with
+    the reason, and the others are made. Without ``edits_of`` the notebook is left unchanged.
     """
     result = FileResult(path, old_source=raw)
     try:
@@ -394,12 +406,33 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
     run = fix_virtual(module.text, findings)
     if run is None:
         return result
-    result.notes.extend(run.notes)
     try:
         new_sources = _fixed_sources(module, cells, run.source.decode("utf-8"))
     except CellMappingError as exc:
-        result.notes.append(f"{exc}; notebook left unchanged")
-        return result
+        if edits_of is None:
+            result.notes.extend(run.notes)
+            result.notes.append(f"{exc}; notebook left unchanged")
+            return result
+        refusals: list[dict[int, str]] = []  # per pass: finding index -> why its fix is refused
+
+        def admit(source: bytes, found: list) -> list:
+            refused = _refusals(module, cells, source.decode("utf-8"), found, edits_of)
+            refusals.append(refused)
+            return [None if i in refused else f for i, f in enumerate(found)]
+
+        run = fix_virtual(module.text, findings, admit)
+        for index, reason in sorted((refusals[0] if refusals else {}).items()):
+            outcome = result.findings[index]
+            outcome.refused = reason
+            where = f"cell {outcome.finding.cell}, line {outcome.finding.line}" if outcome.finding.cell else f"line {outcome.finding.line}"
+            result.notes.append(f"{where}: {outcome.finding.code} not fixed: {reason}")
+        try:
+            new_sources = _fixed_sources(module, cells, run.source.decode("utf-8"))
+        except CellMappingError as again:  # cannot happen: each fix left maps on its own
+            result.notes.extend(run.notes)
+            result.notes.append(f"{again}; notebook left unchanged")
+            return result
+    result.notes.extend(run.notes)
     new_text = text
     by_index = {c.index: c for c in cells}
     for index in sorted(new_sources, key=lambda i: -by_index[i].span[0]):  # back to front: spans stay valid
@@ -411,6 +444,25 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
         for index in run.applied:
             result.findings[index].applied = True
     return result
+
+
+def _refusals(module: VirtualModule, cells: list[Cell], text: str, findings: list, edits_of) -> dict[int, str]:
+    """The findings whose own fix cannot go back into the cells, and why."""
+    from gradfix.model import apply_text_edits
+
+    edits = edits_of(text, findings)
+    refused = {}
+    for index, finding in enumerate(findings):
+        if finding is None or finding.fix is None:
+            continue
+        if index not in edits:
+            refused[index] = "its fix changes nothing here"
+            continue
+        try:
+            _fixed_sources(module, cells, apply_text_edits(text, edits[index]))
+        except CellMappingError as exc:
+            refused[index] = exc.reason
+    return refused
 
 
 def _fixed_sources(module: VirtualModule, cells: list[Cell], fixed: str) -> dict[int, str]:
@@ -427,7 +479,9 @@ def _fixed_sources(module: VirtualModule, cells: list[Cell], fixed: str) -> dict
             continue
         error = _compiles(code)
         if error is not None and _compiles(analysed.code) is None:
-            raise CellMappingError(f"internal error: the fixed cell {index + 1} does not compile ({error})")
+            raise CellMappingError(
+                f"internal error: the fixed cell {index + 1} does not compile ({error})", f"its fix leaves cell {index + 1} not compiling"
+            )
         new = unmask(analysed, code)
         if not by_index[index].source.endswith("\n") and new.endswith("\n"):
             new = new[:-1]

@@ -39,7 +39,7 @@ def console_for(stream: IO, **kwargs) -> Console:
 
 
 def _marker(outcome: FixOutcome, unsafe_fixes: bool) -> str:
-    fix = outcome.finding.fix
+    fix = None if outcome.refused else outcome.finding.fix
     if fix is FixSafety.SAFE or (fix is FixSafety.UNSAFE and unsafe_fixes):
         return " [*]"
     if fix is FixSafety.UNSAFE:
@@ -84,12 +84,13 @@ def summary(results: Sequence[FileResult], unsafe_fixes: bool, mode: str, missin
     # --apply": --apply was just tried).
     unwritten = [r for r in results if r.error_kind == "io" and r.findings]
     retry = {id(o) for r in unwritten for o in r.findings} if mode == "apply" else set()
+    left_fixable = [o for o in left if not o.refused]  # a fix tried that changes nothing is no fix
     safe = sum(
         1
-        for o in left
+        for o in left_fixable
         if id(o) not in retry and (o.finding.fix is FixSafety.SAFE or (o.finding.fix is FixSafety.UNSAFE and unsafe_fixes))
     )
-    hidden = sum(1 for o in left if o.finding.fix is FixSafety.UNSAFE and not unsafe_fixes)
+    hidden = sum(1 for o in left_fixable if o.finding.fix is FixSafety.UNSAFE and not unsafe_fixes)
     errors = sum(1 for r in results if r.error) - len(unwritten)
     failed = errors or unwritten or missing_paths
     parts = []
@@ -157,7 +158,12 @@ def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
                     "message": f.message,
                     "fix": None
                     if f.fix is None
-                    else {"safety": f.fix.value, "applied": bool(applied_mode and outcome.applied), "title": f.fix_title},
+                    else {
+                        "safety": f.fix.value,
+                        "applied": bool(applied_mode and outcome.applied),
+                        "title": f.fix_title,
+                        **({"refused": outcome.refused} if outcome.refused else {}),  # why it cannot be made here
+                    },
                 }
             )
     return json.dumps(rows, indent=2)

@@ -4,8 +4,8 @@ Answers: ``y`` apply, ``n`` skip, ``a`` apply this one and every later fix of th
 ``d`` skip every later fix of the same rule, ``q`` quit (write nothing more). The chosen fixes
 of a file are applied together in one pass (edits are keyed on original nodes) and written
 atomically, file by file. Each hunk shown is the finding's own edit, recorded by the engine
-(``run_jobs(want_edits=True)``), so a file with many findings is fixed once, not once per
-finding. Ctrl-C stops at once and says which files were already written.
+(``run_jobs(want_edits=True)``): exactly what that fix alone changes, read off a few fix runs
+per file, not one run per finding. Ctrl-C stops at once and says which files were already written.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """SARIF 2.1.0 output (GitHub code scanning) and GitHub workflow annotations.
 
 Each fixable finding carries a SARIF ``fix``: the replacements that its own fix makes in the
-original source, recorded by the engine when it ran (``FixOutcome.edit``, one fix pass per file).
+original source, recorded by the engine when it ran (``FixOutcome.edit``: exactly what that fix
+alone changes, read off a few fix runs per file however many findings it has).
 """
 
 from __future__ import annotations

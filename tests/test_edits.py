@@ -1,5 +1,6 @@
-"""Each finding's own edit is cut out of one fix pass per file (linear in findings), and must be
-what that finding's fix alone does; diffs of big files stay linear too."""
+"""Each finding's own edit is read off a few fix runs per file (linear in findings), and must be
+exactly what that finding's fix alone does; the edits of the findings one run fixes, applied
+together, must be that run; diffs of big files stay linear too."""
 
 from __future__ import annotations
 
@@ -30,18 +31,55 @@ def _alone(source: bytes, finding, path: str) -> str | None:
     return decode_source(run.source)
 
 
-@pytest.mark.parametrize("path", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_recorded_edit_is_the_fix_alone(path):
-    source = path.read_bytes()
-    findings = check(source, str(path), ALL)
-    edits = finding_edits(source, findings, ALL, str(path))
+def _example_files():
+    """Each rule's INVALID examples, one file per rule and options (so a rule's fixes meet)."""
+    for rule in all_rules():
+        by_options: dict[str, list[str]] = {}
+        for example in rule.INVALID:
+            by_options.setdefault(json.dumps(example.options, sort_keys=True), []).append(example.code)
+        for options, codes in by_options.items():
+            settings = Settings(
+                select=tuple(r.code for r in all_rules()), unsafe_fixes=True, rule_options={rule.code: json.loads(options)}
+            )
+            yield pytest.param("\n\n".join(codes).encode(), settings, id=f"{rule.code}{'' if options == '{}' else options}")
+
+
+def _check_own_edits(source: bytes, settings: Settings, path: str) -> None:
+    findings = check(source, path, settings)
+    edits = finding_edits(source, findings, settings, path)
     old = decode_source(source)
     for index, finding in enumerate(findings):
         if finding.fix is None:
             assert index not in edits
             continue
         mine = _applied(old, edits[index]) if index in edits else None
-        assert mine == _alone(source, finding, str(path)), f"{finding.code} at line {finding.line}"
+        run = fix_findings(source, [finding], settings, path)
+        alone = None if run is None or 0 not in run.applied or run.source == source else decode_source(run.source)
+        assert mine == alone, f"{finding.code} at line {finding.line}"
+    # The findings one whole-file run fixes: their edits together are that run (an edit two of
+    # them share, the same added import, once), but for an import only their fixes together
+    # leave unused (each one's fix alone keeps it).
+    whole = fix_findings(source, findings, settings, path)
+    if whole is None or whole.source == source:
+        return
+    together = _applied(old, {e for i in whole.applied for e in edits.get(i, ())})
+    expected = decode_source(whole.source)
+    if together != expected:
+        def code(text):
+            return [line for line in text.splitlines() if not line.lstrip().startswith(("import ", "from "))]
+
+        assert code(together) == code(expected)
+        assert any(f.code in ("GF402", "GF404", "GF201", "GF205", "GF301", "GF103") for f in findings)
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_recorded_edit_is_the_fix_alone(path):
+    _check_own_edits(path.read_bytes(), ALL, str(path))
+
+
+@pytest.mark.parametrize("source, settings", list(_example_files()))
+def test_rule_examples_edits_are_the_fix_alone(source, settings):
+    _check_own_edits(source, settings, "examples.py")
 
 
 def _many(n: int) -> bytes:
@@ -204,3 +242,50 @@ def test_a_misaligned_cut_is_replaced_by_the_fix_alone():
     old = decode_source(source)
     for index, finding in enumerate(findings):
         assert _applied(old, edits[index]) == _alone(source, finding, "r.py")
+
+
+def test_a_fix_that_changes_nothing_is_not_reported_fixable(monkeypatch):
+    """A rule's fix that rewrites a node into the same code (here: GF101's, patched so) is no
+    fix: neither the summary of --diff nor SARIF/review may offer it; JSON says why."""
+    from gradfix.fixer import Edit
+    from gradfix.report import json_report, summary
+
+    rule = next(r for r in all_rules() if r.code == "GF101")
+
+    def same(self, finding, ctx):
+        node = ctx.node_at(finding.span)
+        return [Edit(node, node)]
+
+    monkeypatch.setattr(rule, "fix", same)
+    source = b"import torch\nwith torch.no_grad:\n    pass\n"
+    job = Job("t.py", Settings(), "t.py")
+    for result in (process_source(source, job, want_fixes=True), process_source(source, job, want_fixes=False, want_edits=True)):
+        (outcome,) = result.findings
+        assert outcome.refused == "its fix changes nothing here" and not outcome.edit
+        assert "fixable" not in summary([result], unsafe_fixes=False, mode="diff")
+        assert json.loads(json_report([result], applied_mode=False))[0]["fix"]["refused"] == outcome.refused
+        assert "fixes" not in json.loads(sarif_report([result]))["runs"][0]["results"][0]
+
+
+def test_own_edits_take_the_same_few_fix_runs_however_many_findings(monkeypatch):
+    """Linear in findings: the number of LibCST fix runs behind the own edits of a file does
+    not grow with its findings (here: one run for 10 findings and for 120; none fixed alone)."""
+    import gradfix.fixer as fixer
+
+    runs = []
+    real = fixer.apply_fixes
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fixer, "apply_fixes", counted)
+    counts = []
+    for n in (5, 60):
+        source = _many(n)
+        findings = check(source, "m.py", ALL)
+        runs.clear()
+        edits = finding_edits(source, findings, ALL, "m.py")
+        assert len(edits) == 2 * n
+        counts.append(len(runs))
+    assert counts == [1, 1]

@@ -265,7 +265,8 @@ def test_a_fix_that_would_move_a_masked_line_leaves_the_notebook_unchanged(tmp_p
     before = write_notebook(path, cells)
     code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF201", "e.ipynb"], capsys, monkeypatch, tmp_path)
     assert "e.ipynb:cell 1:3:5: GF201" in out
-    assert "fixes not applied: one would change a line holding IPython syntax; notebook left unchanged" in err
+    assert "cell 1, line 3: GF201 not fixed: its fix would change a line holding IPython syntax" in err
+    assert "fixable" not in out + err
     assert code == 1 and path.read_bytes() == before
 
 
@@ -347,3 +348,34 @@ def test_an_unknown_code_in_a_cells_suppression_comment_is_said(tmp_path, capsys
     write_notebook(tmp_path / "u.ipynb", cells)
     code, _, err = run_cli(["u.ipynb"], capsys, monkeypatch, tmp_path)
     assert "cell 2, line 2: unknown rule code GF999" in err and code == 0
+
+
+def test_a_fix_spanning_two_cells_is_refused_and_the_others_are_made(tmp_path, capsys, monkeypatch):
+    """GF304 groups consecutive `.data` writes into one `with`; when the writes sit in two cells
+    that fix cannot go back into the notebook. It is reported as not fixable (with the reason in
+    JSON), the summary does not count it, and the notebook's other fixes are still made."""
+    cells = [
+        _code_cell("import torch\nmodel = torch.nn.Linear(2, 2)\n"),
+        _code_cell("# zero the biases\nmodel.bias.data.fill_(0)"),
+        _code_cell("model.weight.data.normal_(std=0.01)"),
+        _code_cell("with torch.no_grad:\n    y = model(torch.ones(2))\n"),
+    ]
+    path = tmp_path / "nb.ipynb"
+    raw = write_notebook(path, cells)
+    code, out, err = run_cli(["--diff", "--unsafe-fixes", "--select", "GF304,GF101", "nb.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "nb.ipynb:cell 2:2:1: GF304 in-place" in out + err, out + err  # no [*]
+    assert "Would fix 1 finding in 1 file; 1 remaining." in out + err and "fixable" not in out + err, out + err
+    assert "+with torch.no_grad():" in out, out  # the GF101 fix is still shown
+    assert "cell 2, line 2: GF304 not fixed: its fix spans two notebook cells" in err, err
+    assert path.read_bytes() == raw
+    code, out, err = run_cli(
+        ["--diff", "--unsafe-fixes", "--select", "GF304", "--format", "json", "nb.ipynb"], capsys, monkeypatch, tmp_path
+    )
+    (row,) = json.loads(out)
+    assert row["fix"]["refused"] == "its fix spans two notebook cells"
+    code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF304,GF101", "nb.ipynb"], capsys, monkeypatch, tmp_path)
+    assert _sources(path)[1:] == [
+        "# zero the biases\nmodel.bias.data.fill_(0)",
+        "model.weight.data.normal_(std=0.01)",
+        "with torch.no_grad():\n    y = model(torch.ones(2))\n",
+    ]
