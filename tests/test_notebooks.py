@@ -350,10 +350,33 @@ def test_an_unknown_code_in_a_cells_suppression_comment_is_said(tmp_path, capsys
     assert "cell 2, line 2: unknown rule code GF999" in err and code == 0
 
 
+def _two_cells_of_writes():
+    return [
+        _code_cell("import torch\nmodel = torch.nn.Linear(2, 2)\n"),
+        _code_cell("# zero the biases\nmodel.bias.data.fill_(0)"),
+        _code_cell("model.weight.data.normal_(std=0.01)"),
+        _code_cell("with torch.no_grad:\n    y = model(torch.ones(2))\n"),
+    ]
+
+
+def test_consecutive_writes_in_two_cells_get_one_block_per_cell(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "nb.ipynb"
+    write_notebook(path, _two_cells_of_writes())
+    code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF304,GF101", "nb.ipynb"], capsys, monkeypatch, tmp_path)
+    assert _sources(path)[1:] == [
+        "# zero the biases\nwith torch.no_grad():\n    model.bias.fill_(0)",
+        "with torch.no_grad():\n    model.weight.normal_(std=0.01)",
+        "with torch.no_grad():\n    y = model(torch.ones(2))\n",
+    ]
+
+
 def test_a_fix_spanning_two_cells_is_refused_and_the_others_are_made(tmp_path, capsys, monkeypatch):
-    """GF304 groups consecutive `.data` writes into one `with`; when the writes sit in two cells
-    that fix cannot go back into the notebook. It is reported as not fixable (with the reason in
+    """A rule whose fix joins statements of two cells (here GF304 made blind to cell boundaries)
+    cannot have it put back into the notebook. It is reported as not fixable (with the reason in
     JSON), the summary does not count it, and the notebook's other fixes are still made."""
+    import gradfix.analysis.statements as statements
+
+    monkeypatch.setattr(statements, "crosses_notebook_cell", lambda facts, first, last: False)
     cells = [
         _code_cell("import torch\nmodel = torch.nn.Linear(2, 2)\n"),
         _code_cell("# zero the biases\nmodel.bias.data.fill_(0)"),
