@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import typer
+import typer.main
 
-from gradfix import __version__
+from gradfix import __version__, plain_options
 from gradfix.config import (
     CliOverrides,
     ConfigError,
@@ -697,7 +698,9 @@ def main(argv: list[str] | None = None) -> None:
     if debug:
         os.environ["GRADFIX_DEBUG"] = "1"  # workers add tracebacks to per-file internal errors
     try:
-        app(args=args, prog_name="gradfix")  # exits with the command's code
+        command = typer.main.get_command(app)
+        plain_options.install(command)  # option values coerced without importing pydantic
+        command(args=args, prog_name="gradfix")  # exits with the command's code
     except KeyboardInterrupt:
         _err("interrupted; files already written are complete, the rest are unchanged")
         sys.exit(130)

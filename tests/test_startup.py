@@ -1,4 +1,4 @@
-"""Report mode starts fast: it never imports LibCST (only fixes need it), torch or rich.
+"""Report mode starts fast: it never imports LibCST (only fixes need it), torch, rich or pydantic.
 
 Run in a fresh interpreter, since the test process itself has imported everything.
 """
@@ -10,7 +10,7 @@ import subprocess
 import sys
 import textwrap
 
-HEAVY = ("libcst", "torch", "rich", "rich.console")
+HEAVY = ("libcst", "torch", "rich", "rich.console", "pydantic")
 
 PROBE = textwrap.dedent(
     """
