@@ -235,9 +235,14 @@ class ProjectIndex:
             root = os.path.commonpath([os.path.dirname(p) for p in paths])
         index = cls()
         for path in paths:
-            data = sources.get(path) if sources is not None else None
-            if data is None:
+            if sources is not None:
+                data = sources.get(path)  # the caller read every regular file it could
+                if data is None:
+                    continue
+            else:
                 try:
+                    if not os.path.isfile(path):
+                        continue  # a FIFO would block open() forever
                     with open(path, "rb") as handle:
                         data = handle.read()
                 except OSError:
