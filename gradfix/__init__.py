@@ -19,7 +19,17 @@ if _sys.argv[:1] == ["-m"] and _sys.path and _sys.path[0] in ("", __import__("os
 
 __version__ = "0.1.0"
 
-from gradfix.engine import SourceError, check, fix  # noqa: E402
 from gradfix.model import Finding, FixSafety, Settings, Span  # noqa: E402
+
+
+def __getattr__(name: str):
+    # The engine (and the analysis with it) is imported on first use: a warm cached run of the
+    # command line reports from the cache without it.
+    if name in ("SourceError", "check", "fix"):
+        from gradfix import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'gradfix' has no attribute {name!r}")
+
 
 __all__ = ["check", "fix", "Finding", "FixSafety", "Settings", "Span", "SourceError", "__version__"]

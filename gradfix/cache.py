@@ -2,22 +2,23 @@
 
 An entry is keyed on everything the result depends on: the file's bytes, the path it is shown
 as, the resolved settings, what was asked for (findings only, or each finding's own edit for
-SARIF), gradfix's version and a fingerprint of its own code, and a *project digest*: a string
-summarising project-wide inputs that a result reads beyond its own file (a cross-file project
-index must pass its digest here, ``Cache(directory, project_digest=index.digest())``, so that
-every key changes when the index does; it defaults to ``""``).
+SARIF), gradfix's version and a fingerprint of its own code, and the *layout* of the run's
+project index (which modules there are and where: ``ProjectIndex.layout_digest()``). The
+other files a result read (a class defined elsewhere that a rule asked about) are stored
+with the entry, each with the sha1 of its bytes: the entry is trusted only while every one of
+them is unchanged, so an edit to a file invalidates exactly the results that read it.
 
 Entries live in ``.gradfix_cache/`` at the project root (the nearest folder above the current
 one holding ``pyproject.toml`` or ``.git``, else the current folder), or in
 ``$GRADFIX_CACHE_DIR``; the folder carries its own ``.gitignore`` (``*``) so git ignores it.
-All entries of one gradfix build (and project digest) sit in one file, read once at the first
-look-up and written once at the end of a run (creating a file per source file costs more
-than analysing it on some file systems): the new file holds this run's entries and the old
-entries of files this run did not check. It is written to a temporary file and renamed into
-place, so concurrent runs never see half of it (the last one wins; the other's entries are
-merely missed next time). The file is checked before use (a hash of its content) and each
-entry is decoded field by field into plain values; a truncated, garbled or foreign file or
-entry is ignored and rebuilt.
+All entries of one gradfix build sit in one file, read once at the first look-up and written
+once at the end of a run (creating a file per source file costs more than analysing it on
+some file systems): the new file holds this run's entries and the old entries of files this
+run did not check. It is written to a temporary file and renamed into place, so concurrent
+runs never see half of it (the last one wins; the other's entries are merely missed next
+time). The file is checked before use (a hash of its content) and each entry is decoded field
+by field into plain values; a truncated, garbled or foreign file or entry is ignored and
+rebuilt.
 
 Only results that report (text, json, github, sarif) are cached: ``--diff``, ``--apply`` and
 interactive review always analyse the file bytes they read. Cached findings carry no rule
@@ -39,7 +40,7 @@ from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings, 
 
 CACHE_DIR_ENV = "GRADFIX_CACHE_DIR"
 CACHE_DIR_NAME = ".gradfix_cache"
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes
 
 
 @lru_cache(maxsize=None)
@@ -86,32 +87,42 @@ def default_cache_dir() -> Path:
     return project_root(Path.cwd().resolve()) / CACHE_DIR_NAME
 
 
-def cache_for_run(enabled: bool, project_digest: str = "") -> Cache | None:
-    """The cache a command-line run uses: None with ``--no-cache``. ``project_digest`` is the
-    run's project index digest (``ProjectIndex.digest()``): cross-file facts are part of every
-    key, so an edit anywhere in the indexed tree invalidates the entries of this run's files."""
-    return Cache(default_cache_dir(), project_digest) if enabled else None
+def cache_for_run(enabled: bool) -> Cache | None:
+    """The cache a command-line run uses: None with ``--no-cache``. The runner gives it the
+    run's project index (:attr:`Cache.index`) before the first look-up."""
+    return Cache(default_cache_dir()) if enabled else None
 
 
 class Cache:
-    """Report-mode results on disk, for one run (the parent process reads and writes it)."""
+    """Report-mode results on disk, for one run (the parent process reads and writes it).
 
-    def __init__(self, directory: Path, project_digest: str = ""):
+    ``index``: the run's :class:`~gradfix.analysis.project.ProjectIndex`; its layout is part of
+    every key and the files an entry read are checked against it. None: no other file.
+    """
+
+    def __init__(self, directory: Path, index=None):
         self.directory = Path(directory)
-        self.project_digest = project_digest
+        self.index = index
         self._settings_memo: dict[int, tuple[Settings, str]] = {}
-        self._stored: dict[str, dict] | None = None  # key -> {"path": display, "result": ...}
+        self._stored: dict[str, dict] | None = None  # key -> {"path": display, "result": ..., "reads": ...}
         self._used: dict[str, dict] = {}  # entries hit or made in this run
+        self._layout: tuple | None = None  # (index, its layout digest)
+
+    @property
+    def project_digest(self) -> str:
+        return self.index.layout_digest() if self.index is not None else ""
 
     def key(self, source: bytes, display: str, settings: Settings, want_edits: bool) -> str:
         memo = self._settings_memo.get(id(settings))
         if memo is None or memo[0] is not settings:
             memo = self._settings_memo[id(settings)] = (settings, settings_digest(settings))
-        return cache_key(source, display, memo[1], want_edits, self.project_digest)
+        if self._layout is None or self._layout[0] is not self.index:
+            self._layout = (self.index, self.project_digest)  # once per run, not per file
+        return cache_key(source, display, memo[1], want_edits, self._layout[1])
 
     @property
     def path(self) -> Path:
-        name = hashlib.sha256(f"{code_fingerprint()}\0{self.project_digest}".encode()).hexdigest()[:24]
+        name = hashlib.sha256(code_fingerprint().encode()).hexdigest()[:24]
         return self.directory / f"v{FORMAT}" / f"{name}.json"
 
     def _entries(self) -> dict[str, dict]:
@@ -129,20 +140,29 @@ class Cache:
         return self._stored
 
     def get(self, key: str, display: str, source: bytes) -> FileResult | None:
-        """The cached result, or None when there is none or it cannot be trusted."""
+        """The cached result, or None when there is none or it cannot be trusted (a file it
+        read changed, or the entry is not well formed)."""
         entry = self._entries().get(key)
         try:
             if not isinstance(entry, dict) or entry.get("path") != display:
                 return None
+            reads = entry["reads"]
+            if not isinstance(reads, dict):
+                return None
+            current = self.index.sha1_by_path if self.index is not None else {}
+            if any(not isinstance(sha1, str) or current.get(path) != sha1 for path, sha1 in reads.items()):
+                return None  # a file it read changed (or is gone): analyse again
             result = _decode(entry["result"], display, source)
         except (ValueError, TypeError, KeyError, AttributeError):
             return None
+        result.project_reads = dict(reads)
         self._used[key] = entry
         return result
 
     def put(self, key: str, display: str, result: FileResult) -> None:
         try:
-            self._used[key] = {"path": display, "result": _encode(result)}
+            reads = dict(result.project_reads or {})
+            self._used[key] = {"path": display, "result": _encode(result), "reads": reads}
         except (TypeError, ValueError):
             pass
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import typer
+import typer.main
 
-from gradfix import __version__
+from gradfix import __version__, plain_options
 from gradfix.config import (
     CliOverrides,
     ConfigError,
@@ -26,9 +27,8 @@ from gradfix.config import (
     settings_for,
     validate_codes,
 )
-from gradfix.engine import Job, with_project_index
 from gradfix.files import PathError, discover, path_spec
-from gradfix.model import FileResult, Settings
+from gradfix.model import FileResult, Job, Settings
 from gradfix.report import (
     as_on_disk,
     file_diff,
@@ -278,7 +278,11 @@ def check_command(
             warnings.update(dict.fromkeys(_inert_extend_select(settings, settings.extend_select)))
         for warning in warnings:
             _err(warning)
-    jobs_list = with_project_index(jobs_list)
+    cache = cache_for_run(not no_cache) if not (stdin or diff or apply or interactive or verify_cmd) else None  # report mode only
+    if cache is None:
+        from gradfix.engine import with_project_index
+
+        jobs_list = with_project_index(jobs_list)  # with a cache, the runner builds it from the bytes it reads
     if verify_cmd is not None:
         raise typer.Exit(_migrate(jobs_list, verify_cmd, jobs))
     if interactive:
@@ -288,8 +292,6 @@ def check_command(
             results = [_process_stdin(jobs_list[0], diff or apply)]
         else:
             want_edits = output_format is OutputFormat.sarif  # SARIF carries each finding's own fix
-            project = jobs_list[0].project if jobs_list else None
-            cache = cache_for_run(not no_cache, project.digest() if project is not None else "")  # report mode only
             results = _run_with_progress(jobs_list, diff or apply, jobs, output_format is OutputFormat.text, want_edits, cache)
         exit_code = _emit(results, jobs_list, out, path_errors)
         if path_errors or walk_errors:
@@ -356,6 +358,8 @@ def _process_stdin(job: Job, want_fixes: bool) -> FileResult:
 
 def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[str]:
     """A warning for each ``extend-select`` pattern (command line or config) that turns on no rule."""
+    if not patterns:
+        return []  # without importing every rule (a warm cached run needs none)
     from dataclasses import replace
 
     from gradfix.engine import selected_rules
@@ -697,7 +701,9 @@ def main(argv: list[str] | None = None) -> None:
     if debug:
         os.environ["GRADFIX_DEBUG"] = "1"  # workers add tracebacks to per-file internal errors
     try:
-        app(args=args, prog_name="gradfix")  # exits with the command's code
+        command = typer.main.get_command(app)
+        plain_options.install(command)  # option values coerced without importing pydantic
+        command(args=args, prog_name="gradfix")  # exits with the command's code
     except KeyboardInterrupt:
         _err("interrupted; files already written are complete, the rest are unchanged")
         sys.exit(130)

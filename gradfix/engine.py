@@ -12,12 +12,12 @@ import re
 import tokenize
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gradfix import formfeed
 from gradfix.facts import build_facts
 from gradfix.hints import suppression_problems, syntax_hint, unknown_suppression_codes
-from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings
+from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Job, Settings
 from gradfix.rule import Rule
 from gradfix.rules import all_rules
 
@@ -268,24 +268,15 @@ def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settin
     return new.decode("utf-8") if isinstance(source, str) else new
 
 
-@dataclass(frozen=True)
-class Job:
-    """One file to process, with its own settings (config is per directory)."""
-
-    path: str
-    settings: Settings
-    display: str  # the path as shown to the user
-    project: Any = None  # the run's ProjectIndex (gradfix/analysis/project.py), shared by every job
-
-
 @lru_cache(maxsize=None)
 def _known_codes() -> tuple[str, ...]:
     return tuple(r.code for r in all_rules())
 
 
-def with_project_index(jobs: Sequence[Job]) -> list[Job]:
+def with_project_index(jobs: Sequence[Job], index=None) -> list[Job]:
     """The jobs with one :class:`~gradfix.analysis.project.ProjectIndex` of their files (a
-    read and a hash per file; files are parsed only when a rule asks about a class in them)."""
+    read and a hash per file; files are parsed only when a rule asks about a class in them),
+    when a selected rule asks about other files; ``index``: one already built for them."""
     from dataclasses import replace
 
     from gradfix.analysis.project import ProjectIndex
@@ -293,7 +284,8 @@ def with_project_index(jobs: Sequence[Job]) -> list[Job]:
     settings = {id(job.settings): job.settings for job in jobs}.values()  # one per folder config
     if not any(rule.uses_project for one in settings for rule in selected_rules(one)):
         return list(jobs)
-    index = ProjectIndex.build(job.path for job in jobs)
+    if index is None:
+        index = ProjectIndex.build(job.path for job in jobs)
     return [replace(job, project=index) for job in jobs]
 
 

@@ -128,6 +128,7 @@ class FileFacts:
         #: The :class:`~gradfix.analysis.project.ProjectIndex` of the run, or None (one file).
         self.project = project
         self._memo: dict[Any, Any] = {}
+        self._statements: dict[FunctionNode | None, list[ast.stmt]] = {}
         self._collect()
 
     # -- derived analyses, computed once per file ----------------------------------------
@@ -150,30 +151,31 @@ class FileFacts:
         # ast.iter_child_nodes, which is several times slower.
         module_scope = Scope(self.tree)
         self.scope_of_node[self.tree] = module_scope
-        stack: list[tuple[ast.AST, ast.AST | None, Scope, FunctionNode | None]] = [
-            (self.tree, None, module_scope, None)
-        ]
+        # (node, its scope, its function); a node's parent is recorded when it is pushed.
+        stack: list[tuple[ast.AST, Scope, FunctionNode | None]] = [(self.tree, module_scope, None)]
         parents = self.parents
         function_of = self.function_of
         calls, withs, functions = self.calls, self.withs, self.functions
-        push = stack.append
-        AST = ast.AST
+        push, pop = stack.append, stack.pop
+        # Node types as locals: the loop runs once per node of the file.
+        AST, Name, Load, Constant, Call, ClassDef = ast.AST, ast.Name, ast.Load, ast.Constant, ast.Call, ast.ClassDef
+        With, AsyncWith, Import, ImportFrom, Lambda = ast.With, ast.AsyncWith, ast.Import, ast.ImportFrom, ast.Lambda
+        ExceptHandler, Global, Nonlocal = ast.ExceptHandler, ast.Global, ast.Nonlocal
+        scope_kinds, fields_of = _SCOPE_KINDS, _FIELDS
         while stack:
-            node, parent, scope, func = stack.pop()
-            if parent is not None:
-                parents[node] = parent
+            node, scope, func = pop()
             function_of[node] = func
             kind = type(node)
-            if kind is ast.Name:
-                if type(node.ctx) is not ast.Load:
+            if kind is Name:
+                if type(node.ctx) is not Load:
                     scope.locals.add(node.id)
                 continue  # no children worth visiting
-            if kind is ast.Constant:
+            if kind is Constant:
                 continue
-            if kind is ast.Call:
+            if kind is Call:
                 calls.append(node)
-            elif kind in _SCOPE_KINDS:
-                if kind is not ast.Lambda:
+            elif kind in scope_kinds:
+                if kind is not Lambda:
                     scope.locals.add(node.name)
                     functions.append(node)
                 inner_scope = Scope(node)
@@ -184,39 +186,45 @@ class FileFacts:
                         inner_scope.locals.add(a.arg)
                 # Decorators, defaults and annotations run in the enclosing scope.
                 for child in _children(node):
+                    parents[child] = node
                     if _inside_function_scope(node, child):
-                        push((child, node, inner_scope, node))
+                        push((child, inner_scope, node))
                     else:
-                        push((child, node, scope, func))
+                        push((child, scope, func))
                 continue
-            elif kind is ast.With or kind is ast.AsyncWith:
+            elif kind is With or kind is AsyncWith:
                 withs.append(node)
-            elif kind is ast.Import:
+            elif kind is Import:
                 for alias in node.names:
                     if alias.asname:
                         scope.imports[alias.asname] = alias.name
                     else:
                         top = alias.name.split(".")[0]
                         scope.imports[top] = top
-            elif kind is ast.ImportFrom:
+            elif kind is ImportFrom:
                 if node.module and not node.level:
                     for alias in node.names:
                         if alias.name != "*":
                             scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif kind is ast.ClassDef:
+            elif kind is ClassDef:
                 scope.locals.add(node.name)
-            elif kind is ast.ExceptHandler and node.name:
+            elif kind is ExceptHandler and node.name:
                 scope.locals.add(node.name)
-            elif kind is ast.Global or kind is ast.Nonlocal:
+            elif kind is Global or kind is Nonlocal:
                 scope.globals.update(node.names)
-            for name in _child_fields(kind):
+            fields = fields_of.get(kind)
+            if fields is None:
+                fields = _child_fields(kind)
+            for name in fields:
                 value = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
                         if isinstance(item, AST):
-                            push((item, node, scope, func))
+                            parents[item] = node
+                            push((item, scope, func))
                 elif isinstance(value, AST):
-                    push((value, node, scope, func))
+                    parents[value] = node
+                    push((value, scope, func))
 
     # -- positions ------------------------------------------------------------------------
     def char_col(self, line: int, byte_col: int) -> int:
@@ -444,8 +452,11 @@ class FileFacts:
 
     def statements(self, func: FunctionNode | None) -> Iterator[ast.stmt]:
         """Statements owned by ``func`` (not those of nested functions), in source order."""
-        root = self.tree if func is None else func
-        yield from _own_statements(getattr(root, "body", []))
+        found = self._statements.get(func)
+        if found is None:  # several rules walk each function's statements: list them once
+            root = self.tree if func is None else func
+            found = self._statements[func] = _own_statements(getattr(root, "body", []))
+        return iter(found)
 
 
     # -- data flow by name (within a function) --------------------------------------------
@@ -514,17 +525,30 @@ def _inside_function_scope(func: FunctionNode, child: ast.AST) -> bool:
     return child in func.body
 
 
-def _own_statements(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
+def _own_statements(body: Iterable[ast.stmt]) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+    _add_own_statements(body, out)
+    return out
+
+
+_NOT_OWNED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _add_own_statements(body: Iterable[ast.stmt], out: list[ast.stmt]) -> None:
+    # In source order: a statement, then the statements of its blocks (a list, not nested
+    # generators: this runs once per statement of every function).
     for stmt in body:
-        yield stmt
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        out.append(stmt)
+        if isinstance(stmt, _NOT_OWNED):
             continue
         for name in ("body", "orelse", "finalbody"):
-            yield from _own_statements(getattr(stmt, name, []) or [])
-        for handler in getattr(stmt, "handlers", []) or []:
-            yield from _own_statements(handler.body)
-        for case in getattr(stmt, "cases", []) or []:
-            yield from _own_statements(case.body)
+            block = getattr(stmt, name, None)
+            if block:
+                _add_own_statements(block, out)
+        for handler in getattr(stmt, "handlers", None) or ():
+            _add_own_statements(handler.body, out)
+        for case in getattr(stmt, "cases", None) or ():
+            _add_own_statements(case.body, out)
 
 
 def bound_names(target: ast.AST) -> list[str]:

@@ -121,8 +121,7 @@ def discover(
         if not os.path.exists(path):  # a dangling link or a symlink loop
             raise PathError(f"{raw}: broken symbolic link (or a symlink loop)")
         if path.is_dir():
-            for found in _walk(path, exclude_spec, extensions, on_error):
-                key = found.resolve()
+            for found, key in _walk(path, exclude_spec, extensions, on_error):
                 if key not in seen:
                     seen.add(key)
                     yield Discovered(found, explicit=False)
@@ -146,16 +145,17 @@ def _temp_names(folder: Path, cache: dict[Path, list[str]]) -> list[str]:
     return cache[folder]
 
 
-def _is_venv(path: Path) -> bool:
-    return os.path.lexists(path / "pyvenv.cfg")  # False, not an error, in a folder we may not read
-
-
 def _walk(
     root: Path, exclude_spec: pathspec.PathSpec, extensions: tuple[str, ...], on_error: Callable[[str], None]
-) -> Iterator[Path]:
+) -> Iterator[tuple[Path, Path]]:
+    """Each file found under ``root``, with its real path (the walk follows no link below
+    ``root``, so that is the resolved root joined with the file's path below it)."""
     # Each folder's .gitignore applies to paths below it, up to the repository's root.
     absolute_root = root.resolve()
-    specs: list[tuple[Path, pathspec.PathSpec]] = []
+    # (spec, characters to cut from a path relative to root, what to put before the rest):
+    # a path relative to a spec's folder, from the path relative to root, without pathlib
+    # (this runs for every file and folder of the tree).
+    specs: list[tuple[pathspec.PathSpec, int, str]] = []
     for parent in [absolute_root, *absolute_root.parents]:
         spec = _gitignore_spec(parent)
         if spec is not None:
@@ -164,26 +164,24 @@ def _walk(
             break
     else:
         specs = [s for s in specs if s[0] == absolute_root]
+    specs = [(spec, 0, _prefix(absolute_root.relative_to(base).as_posix())) for base, spec in specs]
+    root_text = str(absolute_root)
 
-    def ignored(path: Path, is_dir: bool) -> bool:
-        rel_root = path.relative_to(root).as_posix() + ("/" if is_dir else "")
-        if exclude_spec.match_file(rel_root):
+    def ignored(rel: str) -> bool:
+        """``rel``: the path relative to root, posix, with a trailing ``/`` for a folder."""
+        if exclude_spec.match_file(rel):
             return True
-        absolute = absolute_root / path.relative_to(root)
-        for base, spec in reversed(specs):  # as git: the deepest .gitignore with a matching line decides
-            try:
-                rel = absolute.relative_to(base).as_posix()
-            except ValueError:
-                continue
-            verdict = spec.check_file(rel + ("/" if is_dir else "")).include
+        for spec, cut, before in reversed(specs):  # as git: the deepest .gitignore with a matching line decides
+            verdict = spec.check_file(before + rel[cut:]).include
             if verdict is not None:
                 return verdict
         return False
 
-    def visit(directory: Path) -> Iterator[Path]:
-        spec = _gitignore_spec(directory) if directory != root else None
+    def visit(directory: Path, rel_dir: str) -> Iterator[tuple[Path, Path]]:
+        """``rel_dir``: ``directory`` relative to root, posix, with a trailing ``/`` ("" for root)."""
+        spec = _gitignore_spec(directory) if rel_dir else None
         if spec is not None:
-            specs.append((absolute_root / directory.relative_to(root), spec))
+            specs.append((spec, len(rel_dir), ""))
         try:
             with os.scandir(directory) as found:
                 entries = sorted(found, key=lambda e: e.name)
@@ -192,26 +190,32 @@ def _walk(
             on_error(f"cannot read folder {Path(directory).as_posix()}: {why}; its files were not checked")
             entries = []
         for entry in entries:
-            path = Path(entry.path)
             if TEMP_NAME.match(entry.name):  # what a killed gradfix run left: removed if it is that
                 remove_stale_temp(entry.path)
                 continue
+            rel = rel_dir + entry.name
             try:
                 kind = "skip" if entry.is_symlink() else "dir" if entry.is_dir(follow_symlinks=False) else "file"
-                if kind == "dir" and (entry.name in SKIP_DIRS or _is_venv(path) or ignored(path, True)):
-                    kind = "skip"
+                if kind == "dir" and (
+                    entry.name in SKIP_DIRS or os.path.lexists(os.path.join(entry.path, "pyvenv.cfg")) or ignored(rel + "/")
+                ):
+                    kind = "skip"  # (a pyvenv.cfg: a virtual environment; False, not an error, where we may not read)
                 if kind == "file" and not (
-                    entry.name.endswith(extensions) and entry.is_file(follow_symlinks=False) and not ignored(path, False)
+                    entry.name.endswith(extensions) and entry.is_file(follow_symlinks=False) and not ignored(rel)
                 ):
                     kind = "skip"
             except OSError as exc:  # the entry vanished or cannot be looked at
-                on_error(f"cannot read {path.as_posix()}: {exc.strerror or exc}")
+                on_error(f"cannot read {Path(entry.path).as_posix()}: {exc.strerror or exc}")
                 continue
             if kind == "dir":
-                yield from visit(path)
+                yield from visit(Path(entry.path), rel + "/")
             elif kind == "file":
-                yield path
+                yield Path(entry.path), Path(os.path.join(root_text, rel))
         if spec is not None:
             specs.pop()
 
-    yield from visit(root)
+    yield from visit(root, "")
+
+
+def _prefix(rel: str) -> str:
+    return "" if rel == "." else rel + "/"

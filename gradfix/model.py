@@ -143,7 +143,20 @@ class FileResult:
     error_kind: str | None = None  # "syntax", "io", "internal"
     notes: list[str] = field(default_factory=list)  # internal errors, skipped fixes
     read_as: tuple | None = None  # (real path, st_dev, st_ino) of the file read: all a write may replace
+    # Other files' contents the result depends on (the project index's questions about classes
+    # defined there): absolute path -> sha1 of the bytes read. The cache checks them.
+    project_reads: dict[str, str] | None = None
 
     @property
     def changed(self) -> bool:
         return self.new_source is not None and self.new_source != self.old_source
+
+
+@dataclass(frozen=True)
+class Job:
+    """One file to process, with its own settings (config is per directory)."""
+
+    path: str
+    settings: Settings
+    display: str  # the path as shown to the user
+    project: Any = None  # the run's ProjectIndex (gradfix/analysis/project.py), shared by every job

@@ -22,8 +22,7 @@ import traceback
 from typing import Callable, Sequence
 
 from gradfix.cache import Cache
-from gradfix.engine import Job, process_source
-from gradfix.model import FileResult
+from gradfix.model import FileResult, Job
 from gradfix.writer import WriteError, read_file, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this, process start-up costs more than it saves
@@ -33,17 +32,27 @@ def _read_reason(exc: OSError) -> str:
     return "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
 
 
-def process_job(job: Job, want_fixes: bool, want_edits: bool = False) -> FileResult:
-    if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
-        return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
-    try:
-        source, read_as = read_file(job.path)
-    except OSError as exc:
-        return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
+def process_job(job: Job, want_fixes: bool, want_edits: bool = False, source: bytes | None = None) -> FileResult:
+    """One file's result. ``source``: its bytes, already read (report mode only: a fix needs
+    to know which file it read, to replace just that one)."""
+    from gradfix.engine import process_source  # a warm cached run imports no analysis at all
+
+    read_as = None
+    if source is None:
+        if os.path.exists(job.path) and not os.path.isfile(job.path):  # a FIFO would block open() forever
+            return FileResult(job.display, error=f"cannot read {job.display}: not a regular file", error_kind="io")
+        try:
+            source, read_as = read_file(job.path)
+        except OSError as exc:
+            return FileResult(job.display, error=f"cannot read {job.display}: {_read_reason(exc)}", error_kind="io")
+    index = job.project
+    if index is not None:
+        index.reads = {}  # the other files this file's questions read (for the cache)
     try:
         with _collector_paused():
             result = process_source(source, job, want_fixes, want_edits)
         result.read_as = read_as
+        result.project_reads = index.reads if index is not None else None
         return result
     except RecursionError:
         result = FileResult(job.display, old_source=source)
@@ -55,6 +64,9 @@ def process_job(job: Job, want_fixes: bool, want_edits: bool = False) -> FileRes
         if os.environ.get("GRADFIX_DEBUG"):
             result.notes.append(traceback.format_exc())
         return result
+    finally:
+        if index is not None:
+            index.reads = None
 
 
 @contextlib.contextmanager
@@ -131,15 +143,33 @@ def run_jobs(
 
     ``want_edits``: record each finding's own edit (for SARIF fixes and interactive review).
     ``cache``: reuse and store report-mode results (see gradfix.cache). The cache is read and
-    written here, in the calling process: a warm run starts no worker processes."""
+    written here, in the calling process: a warm run starts no worker processes and imports
+    no analysis. With a cache, each file is read once: the same bytes make its key, the
+    project index and (in this process) its analysis; the index is built here when the jobs
+    carry none, and given to the jobs that are analysed when a selected rule asks about
+    other files (``engine.with_project_index``)."""
     if cache is None or want_fixes:
         return _compute(jobs, want_fixes, workers, progress, want_edits)
-    keys = [_cache_key(job, want_edits, cache) for job in jobs]
-    results = [None if key is None else cache.get(key, job.display, source) for job, (key, source, _) in zip(jobs, keys)]
+    reads = [_read_for_key(job) for job in jobs]
+    index = next((job.project for job in jobs if job.project is not None), None)
+    if index is None:
+        from gradfix.analysis.project import ProjectIndex
+
+        sources = {os.path.abspath(job.path): source for job, (source, _) in zip(jobs, reads) if source is not None}
+        index = ProjectIndex.build([job.path for job in jobs], sources=sources)
+    cache.index = index
+    keys = [None if source is None else cache.key(source, job.display, job.settings, want_edits) for job, (source, _) in zip(jobs, reads)]
+    results = [None if key is None else cache.get(key, job.display, source) for job, key, (source, _) in zip(jobs, keys, reads)]
     missing = [i for i, result in enumerate(results) if result is None]
-    fresh = _compute([jobs[i] for i in missing], want_fixes, workers, progress, want_edits)
+    if missing:
+        from gradfix.engine import with_project_index
+
+        todo = with_project_index([jobs[i] for i in missing], index)
+        fresh = _compute(todo, want_fixes, workers, progress, want_edits, [reads[i][0] if keys[i] else None for i in missing])
+    else:
+        fresh = []
     for i, result in zip(missing, fresh):
-        key, _, seen = keys[i]
+        key, (_, seen) = keys[i], reads[i]
         # Only a result of the bytes the key was made of (the file did not change meanwhile),
         # and never an internal error: the next run retries.
         if key is not None and result.error_kind in (None, "syntax") and _signature(jobs[i].path) == seen:
@@ -158,22 +188,25 @@ def _signature(path: str) -> tuple[int, int, int] | None:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-def _cache_key(job: Job, want_edits: bool, cache: Cache) -> tuple[str | None, bytes | None, tuple | None]:
+def _read_for_key(job: Job) -> tuple[bytes | None, tuple | None]:
+    """The file's bytes and its signature before they were read; (None, None) when it is not
+    a readable regular file (process_job says what is wrong with it)."""
     try:
         if not os.path.isfile(job.path):
-            return None, None, None  # process_job says what is wrong with it
+            return None, None
         seen = _signature(job.path)
         with open(job.path, "rb") as handle:
-            source = handle.read()
+            return handle.read(), seen
     except OSError:
-        return None, None, None
-    return cache.key(source, job.display, job.settings, want_edits), source, seen
+        return None, None
 
 
-def _compute(jobs, want_fixes, workers, progress, want_edits) -> list[FileResult]:
+def _compute(jobs, want_fixes, workers, progress, want_edits, sources=None) -> list[FileResult]:
+    """``sources``: each job's bytes already read (or None), for the jobs analysed here."""
     workers = workers or min(os.cpu_count() or 1, 8)
     if workers <= 1 or len(jobs) < PARALLEL_THRESHOLD:
-        results = (process_job(job, want_fixes, want_edits) for job in jobs)
+        sources = sources or [None] * len(jobs)
+        results = (process_job(job, want_fixes, want_edits, source) for job, source in zip(jobs, sources))
         return [_tick(r, progress) for r in results]
     from concurrent.futures import ProcessPoolExecutor  # only big runs pay for multiprocessing
 

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from gradfix.engine import Job
+from gradfix.model import Job
 
 
 class SelectionError(Exception):

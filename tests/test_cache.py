@@ -47,7 +47,7 @@ def run(capsys, *args) -> tuple[int, str, str]:
 
 
 def entries(tree: Path) -> list[Path]:
-    """The cache files (one per gradfix build and project digest)."""
+    """The cache files (one per gradfix build)."""
     return sorted(p for p in (tree / "cache").rglob("*.json"))
 
 
@@ -119,32 +119,44 @@ def _forge(cache: Cache, key: str, entry) -> None:
     cache.path.write_bytes(f"gradfix-cache {hashlib.sha256(body).hexdigest()}\n".encode() + body)
 
 
+NO_FINDINGS = {"findings": [], "error": None, "error_kind": None, "notes": []}
+
+
 @pytest.mark.parametrize(
     "entry",
     [
-        {"path": "pkg/train.py", "result": {"findings": [{"code": 1}], "error": None, "error_kind": None, "notes": []}},
-        {"path": "pkg/train.py", "result": {"findings": "GF101", "error": None, "error_kind": None, "notes": []}},
-        {"path": "elsewhere.py", "result": {"findings": [], "error": None, "error_kind": None, "notes": []}},
+        {"path": "pkg/train.py", "result": {"findings": [{"code": 1}], "error": None, "error_kind": None, "notes": []}, "reads": {}},
+        {"path": "pkg/train.py", "result": {"findings": "GF101", "error": None, "error_kind": None, "notes": []}, "reads": {}},
+        {"path": "elsewhere.py", "result": NO_FINDINGS, "reads": {}},
+        {"path": "pkg/train.py", "result": NO_FINDINGS},  # what it read is not said
+        {"path": "pkg/train.py", "result": NO_FINDINGS, "reads": ["pkg/clean.py"]},
+        {"path": "pkg/train.py", "result": NO_FINDINGS, "reads": {"/nowhere/model.py": "0" * 40}},  # not in this run
         ["not", "an", "entry"],
     ],
 )
 def test_forged_but_well_formed_entries_are_checked_field_by_field(tree, entry):
+    from gradfix.analysis.project import ProjectIndex
+
     job = Job(str(tree / "pkg" / "train.py"), Settings(), "pkg/train.py")
-    cache = Cache(tree / "cache")
+    cache = Cache(tree / "cache", ProjectIndex.build([job.path]))  # the key run_jobs makes
     key = cache.key((tree / "pkg" / "train.py").read_bytes(), job.display, job.settings, False)
     _forge(cache, key, entry)
     (result,) = run_jobs([job], False, cache=Cache(tree / "cache"))
     assert [o.finding.code for o in result.findings] == ["GF101", "GF402"]
+    # The same entry, well formed, is believed: the key above is the one looked up.
+    _forge(cache, key, {"path": "pkg/train.py", "result": NO_FINDINGS, "reads": {}})
+    (result,) = run_jobs([job], False, cache=Cache(tree / "cache"))
+    assert result.findings == []
 
 
 def test_apply_never_trusts_the_cache(tree, capsys):
-    # A well-formed entry that says "no findings" for the file as it is on disk (the run's
-    # project index of that one file is part of the key):
+    # A well-formed entry that says "no findings" for the file as it is on disk (the layout of
+    # the run's project index, that one file, is part of the key):
     from gradfix.analysis.project import ProjectIndex
 
-    cache = Cache(tree / "cache", ProjectIndex.build(["pkg/train.py"]).digest())
+    cache = Cache(tree / "cache", ProjectIndex.build(["pkg/train.py"]))
     key = cache.key((tree / "pkg" / "train.py").read_bytes(), "pkg/train.py", Settings(), False)
-    _forge(cache, key, {"path": "pkg/train.py", "result": {"findings": [], "error": None, "error_kind": None, "notes": []}})
+    _forge(cache, key, {"path": "pkg/train.py", "result": {"findings": [], "error": None, "error_kind": None, "notes": []}, "reads": {}})
     assert "All checks passed!" in run(capsys, "pkg/train.py")[1]  # report mode believes it
     run(capsys, "--apply", "pkg/train.py")
     assert "torch.no_grad():" in (tree / "pkg" / "train.py").read_text()  # --apply does not
@@ -198,3 +210,113 @@ def test_concurrent_runs_share_one_cache(tree):
     again = subprocess.run(command, cwd=tree, env=env, capture_output=True, timeout=120).stdout
     assert outputs == {again}
     assert not [p for p in (tree / "cache").rglob(".tmp-*")] and len(entries(tree)) == 1
+
+
+# -- results that read other files (the project index) ------------------------------------
+
+MODELS = """\
+import torch.nn as nn
+from .blocks import Block
+
+
+class Net(nn.Module):
+    def __init__(self, n=8):
+        super().__init__()
+        self.blocks = nn.Sequential(*[Block(n) for _ in range(2)])
+"""
+BLOCKS = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+"""
+PREDICT = """\
+import torch
+from pkg.models import Net
+
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+
+def fit(loader):
+    for x, y in loader:
+        opt.zero_grad()
+        (net(x) - y).pow(2).mean().backward()
+        opt.step()
+
+
+def predict(x):
+    with torch.no_grad():
+        return net(x)
+"""
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "models.py").write_text(MODELS)
+    (tmp_path / "pkg" / "blocks.py").write_text(BLOCKS)
+    (tmp_path / "predict.py").write_text(PREDICT)
+    (tmp_path / "other.py").write_text("import torch\n\n\ndef helper(x):\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRADFIX_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def _checked(monkeypatch) -> list[str]:
+    """The paths the engine analyses from now on."""
+    seen, real = [], engine.check
+
+    def check(source, path="<string>", *args, **kwargs):
+        seen.append(path)
+        return real(source, path, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "check", check)
+    return seen
+
+
+def _gf104(capsys) -> list[tuple[str, int]]:
+    code, out, _ = run(capsys, ".", "--select", "GF104", "--format", "json")
+    return [(f["path"], f["line"]) for f in json.loads(out)]
+
+
+def test_a_finding_that_read_another_file_is_recomputed_when_that_file_changes(project, capsys, monkeypatch):
+    # predict.py's finding rests on Block (two files away) holding dropout.
+    assert _gf104(capsys) == [("predict.py", 17)]
+    checked = _checked(monkeypatch)
+    assert _gf104(capsys) == [("predict.py", 17)] and checked == []  # warm: nothing analysed
+    (project / "pkg" / "blocks.py").write_text(BLOCKS.replace("nn.Dropout(0.1)", "nn.Identity()"))
+    # Net is now mode-free: `.eval()` would change nothing, the finding goes; predict.py and
+    # the file that changed are analysed again, the others are not.
+    assert _gf104(capsys) == []
+    assert sorted(checked) == ["pkg/blocks.py", "predict.py"]
+    assert run(capsys, ".", "--select", "GF104", "--format", "json", "--no-cache")[1].strip() == "[]"
+
+
+def test_an_edit_elsewhere_keeps_the_entries_that_did_not_read_it(project, capsys, monkeypatch):
+    _gf104(capsys)
+    checked = _checked(monkeypatch)
+    (project / "other.py").write_text("import torch\n\n\ndef helper(x):\n    return x + 1\n")
+    assert _gf104(capsys) == [("predict.py", 17)]
+    assert checked == ["other.py"]
+
+
+def test_a_new_file_is_a_new_layout(project, capsys, monkeypatch):
+    # Which modules exist decides where `pkg.models.Net` is found: every entry is made again.
+    _gf104(capsys)
+    checked = _checked(monkeypatch)
+    (project / "models.py").write_text("class Net:\n    pass\n")
+    assert _gf104(capsys) == [("predict.py", 17)]
+    assert "predict.py" in checked
+
+
+def test_a_cached_entry_names_the_files_it_read(project, capsys):
+    _gf104(capsys)
+    (cache_file,) = entries(project)
+    stored = json.loads(cache_file.read_bytes().partition(b"\n")[2])
+    reads = {e["path"]: sorted(Path(p).name for p in e["reads"]) for e in stored.values()}
+    assert reads["predict.py"] == ["blocks.py", "models.py"] and reads["other.py"] == []

@@ -1,4 +1,4 @@
-"""Report mode starts fast: it never imports LibCST (only fixes need it), torch or rich.
+"""Report mode starts fast: it never imports LibCST (only fixes need it), torch, rich or pydantic.
 
 Run in a fresh interpreter, since the test process itself has imported everything.
 """
@@ -6,11 +6,12 @@ Run in a fresh interpreter, since the test process itself has imported everythin
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 
-HEAVY = ("libcst", "torch", "rich", "rich.console")
+HEAVY = ("libcst", "torch", "rich", "rich.console", "pydantic")
 
 PROBE = textwrap.dedent(
     """
@@ -61,3 +62,19 @@ def test_rule_modules_import_without_libcst():
     code = "import sys; from gradfix.rules import all_rules; all_rules(); print('libcst' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_warm_cached_run_imports_no_analysis(tmp_path):
+    path = _file_with_findings(tmp_path)
+    probe = (
+        "import json, sys\nfrom gradfix.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'gradfix.engine' or m.startswith(('gradfix.rules.', 'gradfix.facts')))), file=sys.stderr)\n"
+    )
+    env = {**os.environ, "GRADFIX_CACHE_DIR": str(tmp_path / "cache")}
+
+    def loaded() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=120, env=env)
+        return json.loads(done.stderr.strip().splitlines()[-1])
+
+    assert "gradfix.engine" in loaded()  # cold: the file is analysed (the probe sees imports)
+    assert loaded() == []  # warm: walk, config, cache and report only

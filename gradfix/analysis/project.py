@@ -1,11 +1,11 @@
 """The project index, and the one answer to "is this module mode-sensitive?".
 
 When gradfix runs on a tree, :meth:`ProjectIndex.build` makes one cheap pass over the files: it
-reads each file's text (no parse) and records, by regular expressions on top-level lines, the
-classes it defines (with their bases), its top-level functions and the project modules it
-imports. A file is parsed (stdlib ``ast``) only when a question needs a class or factory
-defined in it, at most once per process, so the index costs a read and a hash per file, not a
-second parse of the tree.
+hashes each file's bytes (no parse; the bytes the result cache read already) and names it as a
+dotted module. A file is parsed (stdlib ``ast``) only when a question needs a class or factory
+defined in it, at most once per process, so the index costs a hash per file, not a second
+parse of the tree. Each file's analysis notes which other files its questions read
+(``ProjectIndex.reads``): its cached result is trusted only while those files are unchanged.
 
 A module is **mode-sensitive** when ``.eval()`` changes what it computes: it holds dropout,
 batch norm, instance norm with ``track_running_stats=True``, an RNN/LSTM/GRU with dropout, a
@@ -23,9 +23,9 @@ import hashlib
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable
 
-from gradfix.facts import dotted_name
 
 SENSITIVE, FREE, UNKNOWN = "sensitive", "free", "unknown"
 
@@ -149,6 +149,8 @@ def module_level_names(tree: ast.Module, module: str) -> dict[str, str]:
 
 
 def qualify(names: dict[str, str], expr: ast.AST) -> str | None:
+    from gradfix.facts import dotted_name  # here: the index alone (a warm cached run) needs no facts
+
     name = dotted_name(expr)
     if name is None:
         return None
@@ -168,47 +170,95 @@ _IMPORT_LINE = re.compile(r"^(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))",
 
 @dataclass(frozen=True)
 class ModuleEntry:
-    """What the text pass saw in one file."""
+    """One indexed file: where it is and the sha1 of the bytes the index read.
+
+    Its outline (classes with their bases, top-level functions, imported modules), found by
+    regular expressions on top-level lines, is read from the file when first asked for (no
+    question of the rules needs it; :meth:`ProjectIndex.import_graph` does).
+    """
 
     path: str
     sha1: str
-    classes: tuple[tuple[str, str], ...]  # (name, bases as written)
-    functions: tuple[str, ...]
-    imports: tuple[str, ...]  # imported module names as written (relative ones with dots)
+
+    @cached_property
+    def _outline(self) -> tuple[tuple, tuple, tuple]:
+        try:
+            with open(self.path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            data = b""
+        if hashlib.sha1(data).hexdigest() != self.sha1:
+            return (), (), ()  # changed since it was indexed
+        text = data.decode("utf-8", errors="replace")
+        return (
+            tuple((m.group(1), " ".join((m.group(2) or "").split())) for m in _CLASS_LINE.finditer(text)),
+            tuple(m.group(1) for m in _DEF_LINE.finditer(text)),
+            tuple(m.group(1) or m.group(2) for m in _IMPORT_LINE.finditer(text)),
+        )
+
+    @property
+    def classes(self) -> tuple[tuple[str, str], ...]:  # (name, bases as written)
+        return self._outline[0]
+
+    @property
+    def functions(self) -> tuple[str, ...]:
+        return self._outline[1]
+
+    @property
+    def imports(self) -> tuple[str, ...]:  # imported module names as written (relative ones with dots)
+        return self._outline[2]
 
 
 @dataclass
 class ProjectIndex:
-    """Every file of the run, by dotted module name (see the module docstring)."""
+    """Every file of the run, by dotted module name (see the module docstring).
+
+    ``reads``, while not None, collects the files a question read (absolute path -> sha1):
+    the runner sets it around each file's analysis, and the result cache checks those files'
+    bytes before it trusts that file's entry.
+    """
 
     modules: dict[str, ModuleEntry] = field(default_factory=dict)
+    reads: dict[str, str] | None = field(default=None, compare=False, repr=False)
+    # Files parsed for a question, shared by every file checked in this process.
+    _parsed: dict[str, tuple | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self):  # a worker process gets the index, not this process's parse trees
+        return {"modules": self.modules, "reads": None, "_parsed": {}}
 
     @classmethod
-    def build(cls, paths: Iterable[str], root: str | None = None) -> "ProjectIndex":
+    def build(cls, paths: Iterable[str], root: str | None = None, sources: dict[str, bytes] | None = None) -> "ProjectIndex":
+        """The index of the ``.py`` files among ``paths``; ``sources``: bytes already read,
+        by absolute path (each file is read once per run)."""
         paths = sorted({os.path.abspath(p) for p in paths if p.endswith(".py")})
         if root is None and paths:
             root = os.path.commonpath([os.path.dirname(p) for p in paths])
         index = cls()
         for path in paths:
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except OSError:
-                continue
-            text = data.decode("utf-8", errors="replace")
-            module = module_name(path, root or os.path.dirname(path))
-            index.add(module, path, text, hashlib.sha1(data).hexdigest())
+            if sources is not None:
+                data = sources.get(path)  # the caller read every regular file it could
+                if data is None:
+                    continue
+            else:
+                try:
+                    if not os.path.isfile(path):
+                        continue  # a FIFO would block open() forever
+                    with open(path, "rb") as handle:
+                        data = handle.read()
+                except OSError:
+                    continue
+            index._add(module_name(path, root or os.path.dirname(path)), path, data)
         return index
 
     def add(self, module: str, path: str, text: str, sha1: str | None = None) -> None:
+        self._add(module, path, text.encode("utf-8", errors="replace"), sha1)
+
+    def _add(self, module: str, path: str, data: bytes, sha1: str | None = None) -> None:
         # Prefilter by text: only a file that could define a class or a function is indexed.
-        if "class " not in text and "def " not in text and "import" not in text:
+        # (On the bytes: UTF-8 never hides an ASCII word inside another character.)
+        if b"class " not in data and b"def " not in data and b"import" not in data:
             return
-        classes = tuple((m.group(1), " ".join((m.group(2) or "").split())) for m in _CLASS_LINE.finditer(text))
-        functions = tuple(m.group(1) for m in _DEF_LINE.finditer(text))
-        imports = tuple(m.group(1) or m.group(2) for m in _IMPORT_LINE.finditer(text))
-        sha1 = sha1 or hashlib.sha1(text.encode("utf-8", errors="replace")).hexdigest()
-        self.modules[module] = ModuleEntry(path, sha1, classes, functions, imports)
+        self.modules[module] = ModuleEntry(path, sha1 or hashlib.sha1(data).hexdigest())
 
     def digest(self) -> str:
         """A stable hash of what the index read: module names, paths' contents (sha1)."""
@@ -216,6 +266,39 @@ class ProjectIndex:
         for module in sorted(self.modules):
             h.update(f"{module}\0{self.modules[module].sha1}\n".encode())
         return h.hexdigest()
+
+    def layout_digest(self) -> str:
+        """A stable hash of which modules there are and where (not of their contents): what
+        every question depends on besides the files it reads (see ``reads``)."""
+        h = hashlib.sha256()
+        for module in sorted(self.modules):
+            h.update(f"{module}\0{self.modules[module].path}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
+
+    @cached_property
+    def sha1_by_path(self) -> dict[str, str]:
+        return {entry.path: entry.sha1 for entry in self.modules.values()}
+
+    def parsed(self, module: str):
+        """``(tree, top-level names)`` of an indexed module, parsed once per process; None when
+        it is not indexed, cannot be parsed or changed since it was indexed (unknown, not a
+        guess). Notes the read in ``reads``."""
+        entry = self.modules.get(module)
+        if entry is None:
+            return None
+        if self.reads is not None:
+            self.reads[entry.path] = entry.sha1
+        if module not in self._parsed:
+            self._parsed[module] = None
+            try:
+                with open(entry.path, "rb") as handle:
+                    data = handle.read()
+                if hashlib.sha1(data).hexdigest() == entry.sha1:
+                    tree = ast.parse(data)
+                    self._parsed[module] = (tree, module_level_names(tree, module))
+            except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+                pass
+        return self._parsed[module]
 
     # -- questions ------------------------------------------------------------------------
     def find_module(self, qualname: str, near: str = "") -> str | None:
@@ -276,21 +359,8 @@ class Sensitivity:
         self._classes: dict[str, str] = {}
 
     def _load(self, module: str):
-        if module in self.trees:
-            return self.trees[module]
-        self.trees[module] = None
-        entry = self.index.modules.get(module) if self.index is not None else None
-        if entry is None:
-            return None
-        try:
-            with open(entry.path, "rb") as handle:
-                data = handle.read()
-            if hashlib.sha1(data).hexdigest() != entry.sha1:
-                return None  # changed since the index was built: unknown, not a guess
-            tree = ast.parse(data)
-        except (OSError, SyntaxError, ValueError, RecursionError):
-            return None
-        self.trees[module] = (tree, module_level_names(tree, module))
+        if module not in self.trees:
+            self.trees[module] = self.index.parsed(module) if self.index is not None else None
         return self.trees[module]
 
     def of_qualname(self, qualname: str, call: ast.Call | None = None, depth: int = 0, near: str | None = None) -> str:
@@ -360,6 +430,8 @@ class Sensitivity:
         return result
 
     def built(self, call: ast.Call, names: dict[str, str], depth: int, near: str | None = None) -> str:
+        from gradfix.facts import dotted_name
+
         func = call.func
         if isinstance(func, ast.Name) and func.id in _BUILTIN_CALLS and func.id not in names:
             return FREE
