@@ -302,6 +302,16 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
         return result
     result.findings = [FixOutcome(f) for f in findings]
     result.notes.extend(unknown_suppression_codes(source, _known_codes()))
+    if (want_fixes or want_edits) and any(f.fix is not None for f in findings):
+        from gradfix.fixer import compile_error
+
+        broken = compile_error(source, job.display)
+        if broken is not None:  # ast accepts it, Python does not (a late `from __future__` import)
+            result.notes.append(f"cannot fix: the file does not compile as it is ({broken}); left unchanged")
+            for outcome in result.findings:
+                if outcome.finding.fix is not None:
+                    outcome.refused = NOT_COMPILING
+            return result
     own = {}
     if want_edits and any(f.fix is not None for f in findings):
         own = {id(findings[i]): e for i, e in finding_edits(source, findings, job.settings, job.display).items()}
@@ -327,6 +337,7 @@ def process_source(source: bytes, job: Job, want_fixes: bool, want_edits: bool =
 
 #: The reason a finding whose fix was tried is not reported as fixable.
 NO_CHANGE = "its fix changes nothing here"
+NOT_COMPILING = "the file does not compile as it is"
 
 
 def _process_notebook(source: bytes, job: Job, want_fixes: bool) -> FileResult:

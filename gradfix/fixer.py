@@ -165,14 +165,14 @@ def apply_fixes(
     new = run.source
     if new == source:
         return run
-    error = _compile_error(new, path)
+    error = compile_error(new, path)
     if error is None:
         return run
     # Find the culprits: try each rule's fixes alone, drop those that break compilation.
     bad_codes = set()
     for code in sorted({findings[i].code for i in run.applied}):
         alone = _apply_once(module, [f if f is not None and f.code == code else None for f in findings], build)
-        err = _compile_error(alone.source, path)
+        err = compile_error(alone.source, path)
         if err is not None:
             bad_codes.add(code)
             run.notes.append(f"internal error: {code} produced code that does not compile ({err}); its fixes were dropped")
@@ -180,7 +180,7 @@ def apply_fixes(
     retry = _apply_once(module, kept, build, separate_siblings)
     retry.notes = run.notes + retry.notes
     retry.dropped = {i for i, f in enumerate(findings) if f is not None and f.code in bad_codes}
-    if _compile_error(retry.source, path) is not None:
+    if compile_error(retry.source, path) is not None:
         retry = FixRun(source, notes=run.notes + ["internal error: combined fixes do not compile; file left unchanged"])
         retry.dropped = {i for i, f in enumerate(findings) if f is not None}
     return retry
@@ -333,7 +333,8 @@ def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:
     return module
 
 
-def _compile_error(source: bytes, path: str) -> str | None:
+def compile_error(source: bytes, path: str) -> str | None:
+    """Why Python would not compile ``source`` (None when it does)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the user's own SyntaxWarnings are not gradfix's to print

@@ -289,3 +289,17 @@ def test_own_edits_take_the_same_few_fix_runs_however_many_findings(monkeypatch)
         assert len(edits) == 2 * n
         counts.append(len(runs))
     assert counts == [1, 1]
+
+
+def test_a_file_python_cannot_compile_gets_no_fix_and_says_why():
+    # ast.parse accepts a late `from __future__` import; compile() does not, so no fix can be
+    # checked against the file: every fixable finding is refused with the reason, none is
+    # reported as an internal error, and the bytes are left as they are.
+    source = b"import torch\nfrom __future__ import print_function\nfrom torch.autograd import Variable\n\n\ndef f(m):\n    x = torch.randn(2, 3)\n    return m(Variable(x))\n"
+    for want_fixes, want_edits in ((True, False), (False, True)):
+        result = process_source(source, Job("t.py", ALL, "t.py"), want_fixes=want_fixes, want_edits=want_edits)
+        assert [o.finding.code for o in result.findings] == ["GF402"]
+        assert [o.refused for o in result.findings] == ["the file does not compile as it is"]
+        assert result.new_source is None and not any(o.applied or o.edit for o in result.findings)
+        assert any("does not compile as it is (SyntaxError: from __future__ imports" in n for n in result.notes), result.notes
+        assert not any("internal error" in n for n in result.notes)
