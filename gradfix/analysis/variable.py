@@ -50,7 +50,8 @@ _EVIDENCE = {FRESH: "a fresh tensor", DATA: "a tensor's `.data`", DETACHED: "a d
 class Rewrite:
     """What one ``Variable(...)`` call becomes.
 
-    ``kind``: ``drop`` (the argument alone), ``detach_data`` (``h.data`` -> ``h.detach()``),
+    ``kind``: ``drop`` (the argument alone), ``drop_data`` (``h`` for ``h.data``, where a
+    ``.detach()`` follows at once), ``detach_data`` (``h.data`` -> ``h.detach()``),
     ``constructor_flag`` (``requires_grad=`` moves into the constructor call),
     ``requires_grad`` (``x.requires_grad_(flag)`` on a fresh tensor), ``detach``
     (``x.detach()``, the exact alias) or ``exact`` (``x.detach().requires_grad_(flag)`` with the
@@ -67,7 +68,7 @@ class Rewrite:
     @property
     def title(self) -> str:
         shown = self.text if len(self.text) <= 48 and "\n" not in self.text else None
-        if self.kind == "drop":
+        if self.kind in ("drop", "drop_data"):
             title = f"Drop the wrapper: `{shown}`" if shown else "Drop the `Variable(...)` wrapper"
         elif self.kind == "constructor_flag":
             title = f"Write `{shown}`" if shown else "Pass `requires_grad=` to the constructor"
@@ -84,6 +85,11 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
     literal = truthiness(flag)  # False when no flag is given
     receiver = receiver_text(facts, data)
     wanted_flag = "" if literal is True else flag_text(facts, flag) if flag is not None else ""
+    if not exact and flag is None and _detached_at_once(facts, found.call):
+        # `Variable(h).detach()`, `Variable(h.data).detach()`: the `.detach()` already makes the alias
+        of_data = isinstance(data, ast.Attribute) and data.attr == "data"
+        text = receiver_text(facts, data.value if of_data else data)
+        return Rewrite("drop_data" if of_data else "drop", text, FixSafety.SAFE, data, f"`{text}`, detached right after")
     where = None if exact else origin(facts, data)
     proven = where is not None and where.kind in PROVEN and (where.holder is None or sole_holder(facts, where.holder))
     if proven and where.kind == DATA and isinstance(data, ast.Attribute) and data.attr == "data":
@@ -439,6 +445,8 @@ def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:
     flag_args = [] if literal_true else [cst.Arg(flag)] if flag is not None else []
     if kind == "drop":
         return _parenthesized(ctx, data)
+    if kind == "drop_data":
+        return _parenthesized(ctx, data.value)
     if kind == "constructor_flag":
         new = cst.Arg(
             flag,
@@ -504,3 +512,12 @@ def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
     if isinstance(node, cst.Subscript):
         return "\n" in ctx.code(node.value) + ctx.code(node.whitespace_after_value)
     return True
+
+
+def _detached_at_once(facts, call: ast.Call) -> bool:
+    """``call`` is the receiver of a ``.detach()`` call: ``Variable(x).detach()``."""
+    attribute = facts.parents.get(call)
+    if not (isinstance(attribute, ast.Attribute) and attribute.attr == "detach" and attribute.value is call):
+        return False
+    outer = facts.parents.get(attribute)
+    return isinstance(outer, ast.Call) and outer.func is attribute and not outer.args and not outer.keywords

@@ -164,6 +164,20 @@ class VariableWrapper(Rule):
             x = batch.detach().cuda()  # to GPU
             """,
         ),
+        # Detached at once: the wrapper goes, one `.detach()` is enough.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            target = Variable(q_next.data).detach()
+            """,
+            """
+            import torch
+
+            target = q_next.detach()
+            """,
+        ),
         # Fresh tensors need no grad: the wrapper goes.
         Invalid(
             """

@@ -261,3 +261,15 @@ def test_from_numpy_takes_no_requires_grad():
 
     with pytest.raises(TypeError):
         torch.from_numpy(np.ones(2), requires_grad=True)
+
+
+def test_a_wrapper_detached_at_once_adds_nothing():
+    # `Variable(h).detach()` and `Variable(h.data).detach()` are `h.detach()`: same storage,
+    # no graph, not a leaf that wants grad, and later in-place writes are shared the same way.
+    h = torch.randn(3, requires_grad=True) * 2
+    for wrapped in (Variable(h).detach(), Variable(h.data).detach()):
+        plain = h.detach()
+        assert wrapped.data_ptr() == plain.data_ptr() == h.data_ptr()
+        assert wrapped.grad_fn is None and plain.grad_fn is None
+        assert wrapped.requires_grad is plain.requires_grad is False
+        assert wrapped.is_leaf and plain.is_leaf
