@@ -133,3 +133,42 @@ def test_a_criterion_built_unreduced_in_the_file_is_indexed_on_purpose():
         print(crit_per_sample(a, b).data[0])
         """
     ) == ["5:6 `criterion(a, b).data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4"]
+
+
+@pytest.mark.parametrize("reduction", ["out.mean(1)", "out.sum(dim=0)", "torch.sum(out, 1)", "torch.mean(out, 0)",
+                                       "F.mse_loss(a, b, reduction=how)", "crit(a, b).view(1)"])
+def test_a_loss_reduced_over_a_dimension_or_of_unknown_reduction_is_not_reported(reduction):
+    assert _gf403(
+        f"""
+        import torch
+        import torch.nn.functional as F
+        loss = {reduction}
+        print(loss.data[0])
+        """
+    ) == []
+
+
+@pytest.mark.parametrize("reduction", ["out.mean()", "torch.sum(out)", "torch.mean(out, dtype=torch.float64)",
+                                       "F.mse_loss(a, b, reduction='mean')"])
+def test_a_full_reduction_is_reported(reduction):
+    assert _gf403(
+        f"""
+        import torch
+        import torch.nn.functional as F
+        value = {reduction}
+        print(value.data[0])
+        """
+    ) == ["5:6 `value.data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4"]
+
+
+def test_bases_the_rule_cannot_judge_are_left_alone_without_failing():
+    # `Variable()` (no argument) is no shaped constructor; `out[0]` is a subscript, not a sum.
+    assert _gf403(
+        """
+        loss = Variable()
+        loss += crit(a, b)
+        print(loss.data[0])
+        print(out[0].data[0])
+        print((loss ** 2).data[0])
+        """
+    ) == ["4:6 `loss.data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4"]
