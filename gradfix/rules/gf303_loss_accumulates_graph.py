@@ -545,4 +545,4 @@ def _flows_into_any(facts, stmt: ast.stmt, acc: str, exprs) -> bool:
     if not tainted:
         return False
     read = {n.id for e in exprs for n in ast.walk(e) if isinstance(n, ast.Name)}
-    return any(r in tainted or facts.flows_into(func, tainted, r) for r in read)
+    return any(facts.flows_into(func, tainted, r) for r in read)  # a tainted name reaches itself

@@ -89,3 +89,142 @@ def test_inference_mode_integer_targets_break_a_loss():
     logits = torch.randn(2, 3, requires_grad=True)
     with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
         torch.nn.functional.cross_entropy(logits, targets).backward()
+
+
+# What the rule reports: behaviour pinned by mutation testing (scripts/mutate.py).
+
+import textwrap  # noqa: E402
+
+from gradfix import Settings, check, fix  # noqa: E402
+
+_SETTINGS = Settings(select=("GF301",), unsafe_fixes=True)
+
+
+def _gf301(code: str) -> list[str]:
+    return [f"{f.span.line}:{f.span.col}-{f.span.end_col} {f.message}" for f in check(textwrap.dedent(code), settings=_SETTINGS)]
+
+
+@pytest.mark.parametrize("method", ["append", "extend", "insert", "update", "setdefault", "add", "put", "__setitem__", "copy_"])
+def test_a_function_that_fills_a_container_it_was_given_is_left_alone(method):
+    # The tensors outlive the call through `outs`, not through the return value.
+    assert _gf301(
+        f"""
+        import torch
+        @torch.no_grad()
+        def predict(model, x, outs):
+            outs.{method}(model(x))
+            return outs
+        """
+    ) == []
+    # Filling its own local list is fine.
+    assert _gf301(
+        f"""
+        import torch
+        @torch.no_grad()
+        def predict(model, x):
+            outs = Store()
+            outs.{method}(model(x))
+            return outs
+        """
+    ) == ["3:1-16 `predict` only runs inference under `torch.no_grad()`: `torch.inference_mode()` is faster"]
+
+
+@pytest.mark.parametrize("ret", ["y.item()", "y.tolist()", "y.numpy()", "float(y)", "int(y)", "bool(y)"])
+def test_any_name_is_reported_when_only_python_values_come_back(ret):
+    code = f"""
+        import torch
+        class Agent:
+            @torch.no_grad()
+            def act(self, state):
+                if state is None:
+                    return
+                y = self.net(state).argmax()
+                return {ret}
+        """
+    assert _gf301(code) == ["4:5-20 `act` only runs inference under `torch.no_grad()`: `torch.inference_mode()` is faster"]
+    assert "@torch.inference_mode()" in fix(textwrap.dedent(code), settings=_SETTINGS)
+
+
+def test_a_tensor_returned_next_to_python_values_needs_an_inference_name():
+    assert _gf301(
+        """
+        import torch
+        @torch.no_grad()
+        def act(net, state):
+            if state is None:
+                return net(state)
+            return net(state).item()
+        """
+    ) == []
+
+
+def test_a_constant_result_still_counts_as_returning_outputs():
+    # Only `return` / `return None` mean "no outputs" (an in-place update).
+    assert _gf301(
+        """
+        import torch
+        @torch.no_grad()
+        def validate(model, loader):
+            for x in loader:
+                log(model(x))
+            return True
+        """
+    ) == ["3:1-16 `validate` only runs inference under `torch.no_grad()`: `torch.inference_mode()` is faster"]
+
+
+def test_no_return_value_means_no_finding_but_a_generator_yields_outputs():
+    assert _gf301(
+        """
+        import torch
+        @torch.no_grad()
+        def evaluate(model, loader):
+            for x in loader:
+                log(model(x))
+            return None
+        """
+    ) == []
+    assert _gf301(
+        """
+        import torch
+        @torch.no_grad()
+        def predict(model, loader):
+            for x in loader:
+                yield model(x)
+        """
+    ) == ["3:1-16 `predict` only runs inference under `torch.no_grad()`: `torch.inference_mode()` is faster"]
+
+
+def test_camel_case_names_are_split_into_words():
+    assert _gf301(
+        """
+        import torch
+        @torch.no_grad()
+        def evalModel(model, x):
+            return model(x)
+        """
+    ) == ["3:1-16 `evalModel` only runs inference under `torch.no_grad()`: `torch.inference_mode()` is faster"]
+    assert _gf301(
+        """
+        import torch
+        @torch.no_grad()
+        def medieval(model, x):
+            return model(x)
+        """
+    ) == []
+
+
+@pytest.mark.parametrize("decorator", ["torch.inference_mode()", "torch.set_grad_enabled(False)", "torch.enable_grad()"])
+def test_functions_under_another_grad_mode_are_not_reported(decorator):
+    # The file mentions `no_grad` (the rule's trigger), so the rule does look at `predict`.
+    assert _gf301(
+        f"""
+        import torch
+        @torch.no_grad()
+        def update_ema(ema, model):
+            ema.copy_(model)
+
+        @{decorator}
+        def predict(model, x):
+            return model(x)
+        """
+    ) == []

@@ -68,3 +68,25 @@ def test_volatile_attribute_is_always_false_so_propagating_it_needs_no_hint():
         with torch.no_grad():
             assert x.volatile is False and (x * 2).volatile is False
         assert x.volatile is False
+
+
+# What the rule tells the user: behaviour pinned by mutation testing (scripts/mutate.py).
+
+from gradfix import Settings, check  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "volatile, title",
+    [
+        ("True", "Write `x.detach()`; to record no graph, wrap the forward pass in `with torch.no_grad():`"),
+        ("evaluation", "Write `x.detach()`; to record no graph, wrap the forward pass in `with torch.set_grad_enabled(not evaluation):`"),
+        ("a or b", "Write `x.detach()`; to record no graph, wrap the forward pass in `with torch.set_grad_enabled(not (a or b)):`"),
+        ("x.volatile", "Write `x.detach()`; grad mode propagates by itself: nothing to wrap"),
+        ("False", "Write `x.detach()`"),
+    ],
+)
+def test_the_fix_title_says_what_volatile_meant(volatile, title):
+    code = f"from torch.autograd import Variable\nv = Variable(x, volatile={volatile})\n"
+    (finding,) = check(code, settings=Settings(select=("GF401",)))
+    assert finding.fix_title == title
+    assert (finding.span.line, finding.span.col) == (2, 4)

@@ -83,3 +83,92 @@ def test_accumulator_built_with_a_shape_keeps_it():
     pair = torch.zeros(2)  # `[sum, count]` accumulators: `.item()` would raise
     with pytest.raises(RuntimeError):
         pair.item()
+
+
+# How `gradfix verify` judges the fix: behaviour pinned by mutation testing (scripts/mutate.py).
+
+
+def _run(exception, calls):
+    """What the verify harness observes of a run that made ``calls`` probe calls."""
+    call = {"name": "train", "returned": {}, "requires_grad": {}, "inference": {}, "numbers": {}, "grad_enabled": True,
+            "inference_mode": False, "training": {"model": True}, "state": {}, "forwards": ()}
+    return {"calls": [{**call, "index": i} for i in range(calls)], "initial_state": {}, "final_state": {}, "grads": {},
+            "files": {}, "exception": exception, "grad_enabled_end": True}
+
+
+def test_the_contract_wants_the_0_dim_index_error_gone_and_nothing_else():
+    from pathlib import Path
+
+    from gradfix.rules import rule_by_code
+    from gradfix.verify.contract import INTENDED_VERDICT
+    from gradfix.verify.harness import MISMATCH, judge
+    from gradfix.verify.scenario import read_scenario
+
+    scenario = read_scenario(Path(__file__).parents[2] / "fixtures" / "gf403_loss_data_index.py")
+    rule = rule_by_code("GF403")
+    raised = {"type": "IndexError", "message": "invalid index of a 0-dim tensor. Use `tensor.item()`", "call": "train"}
+    fixed = judge(scenario, rule, {}, _run(raised, 1), _run(None, 3), "cpu")
+    assert fixed.verdict == INTENDED_VERDICT and fixed.detail.startswith("the IndexError disappears")
+    other = {"type": "RuntimeError", "message": "invalid index of a 0-dim tensor", "call": "train"}
+    assert judge(scenario, rule, {}, _run(other, 1), _run(None, 3), "cpu").verdict == MISMATCH
+    assert judge(scenario, rule, {}, _run(raised, 1), _run(raised, 1), "cpu").verdict == MISMATCH
+    assert rule.contract().summary == "the IndexError disappears"  # the verify report's contract column
+
+
+def _gf403(code: str) -> list[str]:
+    import textwrap
+
+    from gradfix import Settings, check
+
+    return [f"{f.span.line}:{f.span.col} {f.message}" for f in check(textwrap.dedent(code), settings=Settings(select=("GF403",)))]
+
+
+def test_a_criterion_built_unreduced_in_the_file_is_indexed_on_purpose():
+    assert _gf403(
+        """
+        import torch.nn as nn
+        crit = nn.MSELoss(reduction='none')
+        print(crit(a, b).data[0])
+        print(criterion(a, b).data[0])
+        print(crit_per_sample(a, b).data[0])
+        """
+    ) == ["5:6 `criterion(a, b).data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4"]
+
+
+@pytest.mark.parametrize("reduction", ["out.mean(1)", "out.sum(dim=0)", "torch.sum(out, 1)", "torch.mean(out, 0)",
+                                       "F.mse_loss(a, b, reduction=how)", "crit(a, b).view(1)"])
+def test_a_loss_reduced_over_a_dimension_or_of_unknown_reduction_is_not_reported(reduction):
+    assert _gf403(
+        f"""
+        import torch
+        import torch.nn.functional as F
+        loss = {reduction}
+        print(loss.data[0])
+        """
+    ) == []
+
+
+@pytest.mark.parametrize("reduction", ["out.mean()", "torch.sum(out)", "torch.mean(out, dtype=torch.float64)",
+                                       "F.mse_loss(a, b, reduction='mean')"])
+def test_a_full_reduction_is_reported(reduction):
+    assert _gf403(
+        f"""
+        import torch
+        import torch.nn.functional as F
+        value = {reduction}
+        print(value.data[0])
+        """
+    ) == ["5:6 `value.data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4"]
+
+
+def test_bases_the_rule_cannot_judge_are_left_alone_without_failing():
+    # `Variable()` (no argument) is no shaped constructor; `out[0]` is a subscript, not a sum.
+    assert _gf403(
+        """
+        loss = Variable()
+        loss += crit(a, b)
+        print(loss.data[0])
+        print(out[0].data[0])
+        print((loss ** 2).data[0])
+        """
+    ) == ["4:6 `loss.data[0]` raises IndexError: losses and full reductions are 0-dim since PyTorch 0.4"]

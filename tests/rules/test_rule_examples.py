@@ -57,3 +57,11 @@ def test_invalid_example_fires_and_fixes(rule, example):
     # The safe subset alone must never change code when the fix is unsafe.
     if all(f.fix is not None and f.fix.value == "unsafe" for f in findings):
         assert fix(example.code, settings=_settings(rule, example.options, unsafe=False)) == example.code
+
+
+@pytest.mark.parametrize("rule, example", list(_cases("VALID")))
+def test_valid_example_is_a_program(rule, example):
+    # An empty VALID example, or one that does not parse, pins nothing: it stays silent
+    # whatever the rule does.
+    assert example.code.strip(), f"{rule.code} has an empty VALID example"
+    compile(example.code, "<valid>", "exec")
