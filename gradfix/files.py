@@ -17,11 +17,12 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
-
-import pathspec
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from gradfix.writer import TEMP_NAME, remove_stale_temp
+
+if TYPE_CHECKING:
+    import pathspec
 
 SKIP_DIRS = frozenset(
     {
@@ -72,6 +73,8 @@ def _without_backtracking(regex: str) -> str:
 
 @lru_cache(maxsize=1024)
 def _path_spec(lines: tuple[str, ...]) -> pathspec.PathSpec:
+    import pathspec  # ~30 ms of imports: only once a pattern is matched
+
     spec = pathspec.GitIgnoreSpec.from_lines(list(lines))
     for pattern in spec.patterns:
         if pattern.regex is not None:
@@ -111,7 +114,7 @@ def discover(
     ``on_error(message)`` is told about each folder that cannot be read (by default it raises
     PathError); the walk then goes on with the rest.
     """
-    exclude_spec = path_spec(exclude)
+    exclude = tuple(exclude)
     seen: set[Path] = set()
     temps: dict[Path, list[str]] = {}  # folder -> gradfix temp names in it (one listing per folder)
     for raw in paths:
@@ -121,7 +124,7 @@ def discover(
         if not os.path.exists(path):  # a dangling link or a symlink loop
             raise PathError(f"{raw}: broken symbolic link (or a symlink loop)")
         if path.is_dir():
-            for found, key in _walk(path, exclude_spec, extensions, on_error):
+            for found, key in _walk(path, path_spec(exclude), extensions, on_error):
                 if key not in seen:
                     seen.add(key)
                     yield Discovered(found, explicit=False)

@@ -11,7 +11,6 @@ worker exits it once its parent process is gone.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import os
 import signal
@@ -116,6 +115,8 @@ def _die_with_parent(main: int) -> None:
     parent = os.getppid()
     if sys.platform.startswith("linux"):
         try:
+            import ctypes  # in the worker only: a run without a pool never loads it
+
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         except (OSError, AttributeError):
