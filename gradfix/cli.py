@@ -363,7 +363,7 @@ def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[
     from dataclasses import replace
 
     from gradfix.engine import selected_rules
-    from gradfix.rules import all_rules
+    from gradfix.rules import rule_entries
 
     warnings = []
     enabled = {r.code for r in selected_rules(settings)}
@@ -373,7 +373,7 @@ def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[
         others = tuple(p for p in settings.extend_select if p != pattern)
         if {r.code for r in selected_rules(replace(settings, extend_select=others))} != enabled:
             continue
-        matching = [r for r in all_rules() if r.code.startswith(pattern)]
+        matching = [r for r in rule_entries() if r.code.startswith(pattern)]
         ignored = [r.code for r in matching if any(r.code.startswith(p) for p in settings.ignore)]
         on = [r.code for r in matching if r.code in enabled]
         off = [r.code for r in matching if r.code not in enabled and r.code not in ignored]

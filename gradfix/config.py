@@ -31,7 +31,7 @@ from typing import Any
 
 from gradfix.files import path_spec
 from gradfix.model import Settings
-from gradfix.rules import all_rules
+from gradfix.rules import rule_entries
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -60,7 +60,7 @@ class Config:
 
 
 def validate_codes(codes: list[str] | tuple[str, ...], where: str) -> tuple[str, ...]:
-    known = [r.code for r in all_rules()]
+    known = [r.code for r in rule_entries()]
     out = []
     for code in codes:
         if not isinstance(code, str):
@@ -75,7 +75,7 @@ def validate_codes(codes: list[str] | tuple[str, ...], where: str) -> tuple[str,
 def validate_rule_options(options: dict[str, Any], where: str) -> dict[str, dict[str, Any]]:
     result: dict[str, dict[str, Any]] = {}
     for code, values in options.items():
-        rule = next((r for r in all_rules() if r.code == code.upper()), None)
+        rule = next((e.load() for e in rule_entries() if e.code == code.upper()), None)
         if rule is None:
             raise ConfigError(f"{where}: unknown rule {code!r}")
         if not isinstance(values, dict):
@@ -208,7 +208,7 @@ def _expand_all(settings: Settings) -> Settings:
     """``ALL`` means every rule, off-by-default ones included, in select, ignore and extend-select."""
     if "ALL" not in (*settings.select, *settings.ignore, *settings.extend_select):
         return settings  # without importing every rule module (a warm cached run needs none)
-    every = tuple(r.code for r in all_rules())
+    every = tuple(r.code for r in rule_entries())
     if "ALL" in settings.select:
         settings = replace(settings, select=every)
     if "ALL" in settings.ignore:

@@ -11,7 +11,6 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from gradfix import formfeed
@@ -19,7 +18,7 @@ from gradfix.facts import build_facts
 from gradfix.hints import suppression_problems, syntax_hint, unknown_suppression_codes
 from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Job, Settings
 from gradfix.rule import Rule
-from gradfix.rules import all_rules
+from gradfix.rules import RuleEntry, rule_entries
 
 if TYPE_CHECKING:  # the fixer (and LibCST with it) is imported only when a fix is wanted
     from gradfix.fixer import FixContext, FixRun
@@ -40,10 +39,11 @@ def _matches(code: str, patterns: Iterable[str]) -> bool:
     return any(code.startswith(p.strip().upper()) for p in patterns if p.strip())
 
 
-def selected_rules(settings: Settings) -> list[type[Rule]]:
-    """Rules that ``settings`` turns on. Off-by-default rules need their full code."""
+def selected_rules(settings: Settings) -> list[RuleEntry]:
+    """Rules that ``settings`` turns on (their entries: ``.load()`` imports the rule). Off-by-default
+    rules need their full code."""
     chosen = []
-    for rule in all_rules():
+    for rule in rule_entries():
         if settings.select:
             on = _matches(rule.code, settings.select) and (
                 rule.default_enabled or rule.code in {s.upper() for s in settings.select}
@@ -113,7 +113,7 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     if not triggered:
         return []  # no facts for a file no rule's trigger admits
     enabled = [r.code for r in chosen]
-    rules = [r(settings.options_for(r.code), enabled) for r in triggered]
+    rules = [r.load()(settings.options_for(r.code), enabled) for r in triggered]
     facts = build_facts(text, path, tree, project)
     findings: list[Finding] = []
     for rule in rules:
@@ -132,7 +132,7 @@ def _contains(text: str, trigger: str, found: dict[str, bool]) -> bool:
 _last_selection: list = [None, ()]  # (settings, its rules): a run checks many files with one Settings
 
 
-def _selected_for(settings: Settings) -> list[type[Rule]]:
+def _selected_for(settings: Settings) -> list[RuleEntry]:
     if _last_selection[0] is not settings:
         _last_selection[:] = [settings, selected_rules(settings)]
     return _last_selection[1]
@@ -157,7 +157,7 @@ def _builder(settings: Settings):
 
     def build(finding: Finding, ctx: FixContext):
         if finding.code not in instances:
-            rule = next(r for r in all_rules() if r.code == finding.code)
+            rule = next(r for r in rule_entries() if r.code == finding.code).load()
             instances[finding.code] = rule(settings.options_for(finding.code), [r.code for r in selected_rules(settings)])
         return instances[finding.code].fix(finding, ctx)
 
@@ -268,9 +268,8 @@ def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settin
     return new.decode("utf-8") if isinstance(source, str) else new
 
 
-@lru_cache(maxsize=None)
 def _known_codes() -> tuple[str, ...]:
-    return tuple(r.code for r in all_rules())
+    return tuple(r.code for r in rule_entries())
 
 
 def with_project_index(jobs: Sequence[Job], index=None) -> list[Job]:

@@ -76,7 +76,7 @@ class Settings:
         from gradfix import config
         from gradfix.config import ConfigError, validate_codes, validate_rule_options
 
-        every = tuple(r.code for r in config.all_rules())
+        every = tuple(r.code for r in config.rule_entries())
         for name in ("select", "ignore", "extend_select"):
             value = getattr(self, name)
             if isinstance(value, str) or not isinstance(value, (tuple, list, set, frozenset)):

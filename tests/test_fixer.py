@@ -1,12 +1,14 @@
 """The fix engine: bytes outside the edits survive, a broken fix fails loudly, overlaps resolve.
 
-Fake rules are planted by monkeypatching ``gradfix.engine.all_rules`` (the engine's registry
-lookup), so these tests do not depend on which real rules exist; GF101 is the only real rule used.
+Fake rules are planted by monkeypatching ``rule_entries`` in gradfix.engine and gradfix.config
+(the registry a run chooses rules from), so these tests do not depend on which real rules exist; GF101 is the only real rule used.
 Also here: minimal reproductions of what the corpus runner (scripts/corpus_check.py) found on
 real repositories, and tests of that runner's own "nothing outside the edits changed" check.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import importlib.util
 import sys
@@ -24,7 +26,7 @@ from gradfix.engine import Job, fix_findings, process_source
 from gradfix.fixer import Edit, FixError
 from gradfix.model import FixSafety
 from gradfix.rule import Rule
-from gradfix.rules import all_rules
+from gradfix.rules import RuleEntry, all_rules, rule_entries
 
 GF101 = Settings(select=("GF101",))
 ALL = Settings(select=tuple(r.code for r in all_rules()), unsafe_fixes=True)
@@ -107,14 +109,28 @@ class Skips(Rule):
         raise FixError("cannot build this one")
 
 
+@dataclass(frozen=True)
+class _Planted(RuleEntry):
+    """The registry entry of a fake rule: it loads the class itself."""
+
+    rule: type | None = None
+
+    @classmethod
+    def of(cls, rule):
+        return cls(rule.code, "", tuple(rule.triggers), rule.default_enabled, rule.uses_project, rule)
+
+    def load(self):
+        return self.rule
+
+
 @pytest.fixture
 def plant(monkeypatch):
     """plant(Rule, ...) adds fake rules to the engine's registry for this test."""
 
     def _plant(*rules):
-        real = all_rules()
-        monkeypatch.setattr(engine, "all_rules", lambda: (*real, *rules))
-        monkeypatch.setattr(config, "all_rules", lambda: (*real, *rules))  # --select validation
+        entries = (*rule_entries(), *map(_Planted.of, rules))
+        monkeypatch.setattr(engine, "rule_entries", lambda: entries)
+        monkeypatch.setattr(config, "rule_entries", lambda: entries)  # --select validation
 
     return _plant
 
@@ -399,7 +415,7 @@ def test_corpus_runner_passes_on_a_small_tree(corpus_check, tmp_path, capsys):
 
 def test_corpus_runner_fails_on_a_broken_rule(corpus_check, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(corpus_check, "all_rules", lambda: (*all_rules(), BrokenFix))
-    monkeypatch.setattr(engine, "all_rules", lambda: (*all_rules(), BrokenFix))
+    monkeypatch.setattr(engine, "rule_entries", lambda: (*rule_entries(), _Planted.of(BrokenFix)))
     (tmp_path / "a.py").write_text("if 1:\n    pass\n")
     assert corpus_check.main([str(tmp_path), "--jobs", "1"]) == 1
     assert "FAIL" in capsys.readouterr().out

@@ -78,3 +78,20 @@ def test_a_warm_cached_run_imports_no_analysis(tmp_path):
 
     assert "gradfix.engine" in loaded()  # cold: the file is analysed (the probe sees imports)
     assert loaded() == []  # warm: walk, config, cache and report only
+
+
+def test_a_file_loads_only_the_rule_modules_it_triggers(tmp_path):
+    # Rules are chosen from gradfix/rules/index.py; a rule module is imported only when a file
+    # contains one of its trigger strings (`Variable` here triggers GF401, GF402, GF404, "grad"
+    # GF101/GF204, "autograd" GF102; GF301 is off by default; no backward, .eval(),
+    # set_grad_enabled, save or .data).
+    path = tmp_path / "one.py"
+    path.write_text("import torch\nfrom torch.autograd import Variable\n\nwith torch.no_grad:\n    y = Variable(x)\n")
+    probe = (
+        "import json, sys\nfrom gradfix.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(m.rsplit('.', 1)[1][:5] for m in sys.modules if m.startswith('gradfix.rules.gf'))), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(path), "--no-cache"], capture_output=True, text=True, timeout=120)
+    assert "GF101" in done.stdout and "GF402" in done.stdout, done.stdout
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == ["gf101", "gf102", "gf204", "gf401", "gf402", "gf404"]

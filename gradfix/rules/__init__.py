@@ -1,12 +1,15 @@
 """The rule registry: every module in this package defines one :class:`~gradfix.rule.Rule`.
 
-Rules are discovered, not listed, so adding a rule is adding one file.
+Rules are discovered, not listed, so adding a rule is adding one file (then run
+``python scripts/gen_docs.py``, which also writes :mod:`gradfix.rules.index`: what a run needs to
+choose the rules of a file, so that a run imports only the rule modules a file triggers).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import dataclass
 from functools import lru_cache
 
 from gradfix.rule import Rule
@@ -17,6 +20,8 @@ def all_rules() -> tuple[type[Rule], ...]:
     """Every rule class, sorted by code."""
     found: dict[str, type[Rule]] = {}
     for info in pkgutil.iter_modules(__path__):
+        if info.name == "index":
+            continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Rule) and value.__module__ == module.__name__:
@@ -30,3 +35,35 @@ def all_rules() -> tuple[type[Rule], ...]:
 
 def rule_by_code(code: str) -> type[Rule] | None:
     return next((r for r in all_rules() if r.code == code.upper()), None)
+
+
+@dataclass(frozen=True)
+class RuleEntry:
+    """A rule as the run chooses it, before its module is imported."""
+
+    code: str
+    module: str  # under gradfix.rules
+    triggers: tuple[str, ...]
+    default_enabled: bool
+    uses_project: bool
+
+    def load(self) -> type[Rule]:
+        return _load(self.module, self.code)
+
+
+@lru_cache(maxsize=None)
+def _load(module: str, code: str) -> type[Rule]:
+    found = importlib.import_module(f"{__name__}.{module}")
+    return next(v for v in vars(found).values() if isinstance(v, type) and issubclass(v, Rule) and getattr(v, "code", None) == code)
+
+
+def rule_entries() -> tuple[RuleEntry, ...]:
+    """Every rule, sorted by code, without importing any rule module."""
+    from gradfix.rules.index import ENTRIES
+
+    return ENTRIES
+
+
+def entry_of(rule: type[Rule]) -> RuleEntry:
+    """What :mod:`gradfix.rules.index` must say of ``rule``."""
+    return RuleEntry(rule.code, rule.__module__.rsplit(".", 1)[1], tuple(rule.triggers), rule.default_enabled, rule.uses_project)
