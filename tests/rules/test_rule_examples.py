@@ -57,3 +57,18 @@ def test_invalid_example_fires_and_fixes(rule, example):
     # The safe subset alone must never change code when the fix is unsafe.
     if all(f.fix is not None and f.fix.value == "unsafe" for f in findings):
         assert fix(example.code, settings=_settings(rule, example.options, unsafe=False)) == example.code
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_every_example_is_a_program_of_its_own(rule):
+    # An example emptied or repeated tests nothing (scripts/mutate.py's emptied strings survived
+    # every other test): each one is non-empty Python that compiles, and no two are the same
+    # (the same code under other options is another example).
+    examples = [(e.code, sorted(e.options.items())) for kind in ("VALID", "INVALID") for e in getattr(rule, kind)]
+    for code, _ in examples:
+        assert code.strip(), f"{rule.code} has an empty example"
+        compile(code, f"<{rule.code} example>", "exec")
+    assert len({repr(e) for e in examples}) == len(examples), f"{rule.code} repeats an example"
+    for example in rule.INVALID:
+        if example.expected is not None:
+            assert example.expected != example.code, f"{rule.code}: an INVALID example's fix changes nothing"
