@@ -52,6 +52,7 @@ DEFAULT_TARGETS = {
     "gradfix/writer.py": ["tests/test_writer.py", "tests/test_pipeline.py", "tests/test_hostile.py"],
     "gradfix/fixer.py": ["tests/test_pipeline.py", "tests/test_fixer.py", "tests/test_no_code_lost.py", "tests/test_golden.py"],
     "gradfix/engine.py": [
+        "tests/test_engine_units.py",
         "tests/test_pipeline.py", "tests/test_no_code_lost.py", "tests/test_fixer.py", "tests/test_notebooks.py",
         "tests/test_cli.py", "tests/rules/test_rule_examples.py",
     ],

@@ -1,0 +1,48 @@
+"""engine.py's per-finding edits, tested directly (scripts/mutate.py found them reached by no
+test of the engine's own list: a `return None`, a negated loop exit and a flipped bound survived)."""
+
+from __future__ import annotations
+
+from gradfix.engine import _checked_edits, check, decode_source, finding_edits
+from gradfix.model import Settings, TextEdit
+
+GF101 = Settings(select=("GF101",))
+SOURCE = b"import torch\nwith torch.no_grad:\n    y = f(x)\nwith torch.no_grad:\n    z = g(x)\n"
+
+
+def test_each_finding_gets_the_edit_its_fix_alone_makes():
+    findings = check(SOURCE, "e.py", GF101)
+    assert [(f.code, f.span.line) for f in findings] == [("GF101", 2), ("GF101", 4)]
+    edits = finding_edits(SOURCE, findings, GF101, "e.py")
+    assert edits == {0: (TextEdit(31, 31, "()"),), 1: (TextEdit(64, 64, "()"),)}
+    assert SOURCE.decode()[:31].endswith("with torch.no_grad")
+
+
+def test_a_finding_without_a_fix_gets_no_edit():
+    source = b"import torch\nwith torch.no_grad:\n    y = f(x)\n"
+    findings = check(source, "e.py", GF101)
+    assert finding_edits(source, findings, GF101, "e.py") == {0: (TextEdit(31, 31, "()"),)}
+    assert finding_edits(source, [], GF101, "e.py") == {}
+
+
+def test_a_cut_that_differs_from_the_fix_alone_is_replaced_by_the_smallest_edit():
+    # A cut spanning both blocks (what a misaligned diff could give) is checked against the
+    # finding's fix alone and replaced by one replacement from its first to its last change.
+    old = decode_source(SOURCE)
+    findings = check(SOURCE, "e.py", GF101)
+    too_wide = (TextEdit(0, len(old), old.replace("no_grad:", "no_grad():")),)
+    assert _checked_edits(SOURCE, old, findings, {0: too_wide}, GF101, "e.py") == {0: (TextEdit(31, 31, "()"),)}
+    # One that already is the fix alone stays as it was.
+    assert _checked_edits(SOURCE, old, findings, {1: (TextEdit(64, 64, "()"),)}, GF101, "e.py") == {1: (TextEdit(64, 64, "()"),)}
+
+
+def test_a_cut_where_the_fix_replaces_text_keeps_the_common_head_and_tail_out():
+    # The fix alone drops the import and rewrites the call: the replacement runs from the first
+    # changed character (after "import torch\n") to the last (before ") * 2\n").
+    source = b"import torch\nfrom torch.autograd import Variable\ny = Variable(x) * 2\n"
+    settings = Settings(select=("GF402",), unsafe_fixes=True)
+    old = decode_source(source)
+    findings = check(source, "v.py", settings)
+    checked = _checked_edits(source, old, findings, {0: (TextEdit(0, len(old), ""),)}, settings, "v.py")
+    assert checked == {0: (TextEdit(13, 63, "y = x.detach("),)}
+    assert old[13:63] == "from torch.autograd import Variable\ny = Variable(x"
