@@ -39,10 +39,31 @@ def test_a_cut_that_differs_from_the_fix_alone_is_replaced_by_the_smallest_edit(
 def test_a_cut_where_the_fix_replaces_text_keeps_the_common_head_and_tail_out():
     # The fix alone drops the import and rewrites the call: the replacement runs from the first
     # changed character (after "import torch\n") to the last (before ") * 2\n").
-    source = b"import torch\nfrom torch.autograd import Variable\ny = Variable(x) * 2\n"
+    source = b"import torch\nfrom torch.autograd import Variable\ny = Variable(x) * 20\n"
     settings = Settings(select=("GF402",), unsafe_fixes=True)
     old = decode_source(source)
     findings = check(source, "v.py", settings)
     checked = _checked_edits(source, old, findings, {0: (TextEdit(0, len(old), ""),)}, settings, "v.py")
     assert checked == {0: (TextEdit(13, 63, "y = x.detach("),)}
     assert old[13:63] == "from torch.autograd import Variable\ny = Variable(x"
+
+
+def test_an_unsafe_fix_gets_its_edit_even_when_unsafe_fixes_are_off():
+    # The edits are what each fix would change (shown by --diff, SARIF, the LSP), whether or not
+    # this run may apply it.
+    source = b"import torch\n\n@torch.no_grad()  # eval only\ndef predict(model, x):\n    return model(x).argmax(1)\n"
+    settings = Settings(select=("GF301",), unsafe_fixes=False)
+    findings = check(source, "p.py", settings)
+    assert [(f.code, f.fix.value) for f in findings] == [("GF301", "unsafe")]
+    assert finding_edits(source, findings, settings, "p.py") == {0: (TextEdit(21, 28, "inference_mode"),)}
+
+
+def test_a_fix_that_changes_the_last_character_of_the_file_is_cut_to_the_end():
+    source = b"import torch\nv = loss.data[0]"  # no final newline: the fix changes the last character
+    settings = Settings(select=("GF403",))
+    old = decode_source(source)
+    findings = check(source, "d.py", settings)
+    assert finding_edits(source, findings, settings, "d.py") == {0: (TextEdit(22, 29, "item()"),)}
+    assert len(old) == 29
+    checked = _checked_edits(source, old, findings, {0: (TextEdit(0, 0, "#"),)}, settings, "d.py")
+    assert checked == {0: (TextEdit(22, 29, "item()"),)}
