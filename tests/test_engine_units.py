@@ -38,7 +38,7 @@ def test_a_cut_that_differs_from_the_fix_alone_is_replaced_by_the_smallest_edit(
 
 def test_a_cut_where_the_fix_replaces_text_keeps_the_common_head_and_tail_out():
     # The fix alone drops the import and rewrites the call: the replacement runs from the first
-    # changed character (after "import torch\n") to the last (before ") * 2\n").
+    # changed character (after "import torch\n") to the last (before ") * 20\n": an odd-length tail).
     source = b"import torch\nfrom torch.autograd import Variable\ny = Variable(x) * 20\n"
     settings = Settings(select=("GF402",), unsafe_fixes=True)
     old = decode_source(source)
