@@ -34,6 +34,8 @@ def test_rule_has_docs_and_examples(rule):
     assert rule.VALID, f"{rule.code} has no VALID examples"
     assert rule.INVALID, f"{rule.code} has no INVALID examples"
     assert rule.code.startswith("GF") and rule.name and rule.summary
+    # A trigger is a substring a file must hold for the rule to run: "" would match every file.
+    assert all(isinstance(t, str) and t for t in rule.triggers), f"{rule.code}: an empty trigger"
 
 
 @pytest.mark.parametrize("rule, example", list(_cases("VALID")))
