@@ -530,13 +530,13 @@ class NestedToggleHack(Rule):
         helper_def = ctx.statement(f"@{torch_name}.enable_grad()\ndef {helper}({signature}):\n    pass\n")
         body = list(moved)
         if returns:
-            body.append(ctx.statement(f"return {', '.join(returns)}\n"))
+            body.append(ctx.statement(f"return {', '.join(returns)}"))
         decorator = helper_def.decorators[0].with_changes(trailing_whitespace=enable.trailing_whitespace)
         helper_def = helper_def.with_changes(decorators=[decorator], body=cst.IndentedBlock(body=body))
         call = f"{helper}({signature})"
         if returns:
             call = f"{', '.join(returns)} = {call}"
-        call_stmt = ctx.statement(call + "\n").with_changes(
+        call_stmt = ctx.statement(call).with_changes(
             leading_lines=[*enable.leading_lines, *disable.leading_lines], trailing_whitespace=disable.trailing_whitespace
         )
         anchor = _anchor(ctx, block, placement, with_line)

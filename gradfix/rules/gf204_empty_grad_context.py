@@ -214,7 +214,7 @@ class EmptyGradContext(Rule):
         # block holding one is GF203's while GF203 runs.
         saves_are_mine = not self.defers_to("GF203")
         for node in facts.withs:
-            if not droppable_grad_with(facts, node) or not node.body:
+            if not droppable_grad_with(facts, node):  # a `with` body is never empty
                 continue
             if all(
                 is_neutral_statement(facts, stmt) or (saves_are_mine and is_inert_save(facts, stmt)) for stmt in node.body

@@ -59,3 +59,27 @@ def test_set_grad_enabled_without_mode_still_fails_when_called():
     with pytest.raises(TypeError):
         with torch.set_grad_enabled():
             pass
+
+
+def test_the_verify_contract_expects_the_type_error_torch_really_raises():
+    # `gradfix verify` runs the original and the fix; for GF101 the original's TypeError must
+    # disappear and everything after it may change. The expected message is torch's own.
+    from gradfix.rules import all_rules
+    from gradfix.verify.contract import ExceptionFixed, resolve
+
+    rule = next(r for r in all_rules() if r.code == "GF101")
+    contract = resolve(rule)
+    assert (contract.summary, contract.may_differ, contract.downstream) == ("the TypeError disappears", ("exception",), True)
+    assert contract.expect == (ExceptionFixed("TypeError", "context manager"),)
+    with pytest.raises(TypeError) as raised:
+        with torch.no_grad:
+            pass
+    assert contract.expect[0].match in str(raised.value)
+
+
+def test_the_finding_offers_to_add_the_call_parentheses():
+    from gradfix import Settings, check
+
+    [finding] = check("import torch\nwith torch.no_grad:\n    y = f(x)\n", settings=Settings(select=("GF101",)))
+    assert (finding.span.line, finding.span.col, finding.span.end_col) == (2, 5, 18)
+    assert finding.fix_title == "Call the context manager: add `()`"

@@ -111,3 +111,94 @@ def test_toggle_and_enable_grad_agree_inside_inference_mode():
     assert torch.is_inference(a) == torch.is_inference(b)
     assert (a.grad_fn is None) == (b.grad_fn is None)
     assert a.requires_grad == b.requires_grad
+
+
+# What the rule reports and rewrites where scripts/mutate.py found nothing pinned: the fix
+# titles, a comment before the closing toggle, a captured `torch`, the hoisted saves of the
+# block style, the helper's place among the comments above the statement it goes before.
+def _run(code: str, **options):
+    from gradfix import Settings, check, fix
+
+    settings = Settings(select=("GF202",), unsafe_fixes=True, rule_options={"GF202": options})
+    return check(code, settings=settings), fix(code, settings=settings)
+
+
+NOT_FIXABLE = "toggle hack inside `with torch.no_grad():` (line 2): it flips the global grad mode by hand (not auto-fixable here)"
+
+
+def test_toggles_around_a_save_only_are_removed():
+    code = "import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(True)\n    torch.save(sd, p)\n\n    torch.set_grad_enabled(False)\n"
+    [finding], fixed = _run(code)
+    assert (finding.span.line, finding.span.col) == (3, 4)
+    assert finding.fix_title == "Remove the toggles: nothing between them needs grad"
+    assert fixed == "import torch\nwith torch.no_grad():\n    torch.save(sd, p)\n"
+
+
+def test_a_comment_right_before_a_closing_toggle_that_ends_the_block_is_not_lost():
+    # Removing the toggles would leave the comment with no statement after it.
+    code = "import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(True)\n    torch.save(sd, p)\n    # keep me\n    torch.set_grad_enabled(False)\n"
+    [finding], fixed = _run(code)
+    assert finding.message == NOT_FIXABLE
+    assert finding.fix is None and fixed == code
+
+
+def test_a_parameter_named_torch_makes_the_fix_impossible():
+    # The fix writes `torch.enable_grad()`: here `torch` is the parameter, not the module.
+    code = (
+        "from torch import no_grad, set_grad_enabled\ndef f(torch, x):\n    with no_grad():\n"
+        "        set_grad_enabled(True)\n        y = x * 2\n        set_grad_enabled(False)\n        z = y + 1\n    return z\n"
+    )
+    [finding], fixed = _run(code)
+    assert (finding.span.line, finding.span.col) == (4, 8)
+    assert finding.message.endswith("(not auto-fixable here)") and finding.fix is None
+    assert fixed == code
+
+
+def test_block_style_leaves_trailing_saves_after_the_new_block():
+    code = (
+        "import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(True)\n    y = model(x)\n"
+        "    torch.save(sd, p)\n    torch.set_grad_enabled(False)\n    z = y\n"
+    )
+    [finding], fixed = _run(code, style="block")
+    assert finding.fix_title == "Use `with torch.enable_grad():` instead of the toggles"
+    assert fixed == (
+        "import torch\nwith torch.no_grad():\n    with torch.enable_grad():\n        y = model(x)\n"
+        "    torch.save(sd, p)\n    z = y\n"
+    )
+
+
+def test_at_module_level_the_block_style_is_used_and_the_title_says_why():
+    code = "import torch\nwith torch.no_grad():\n    torch.set_grad_enabled(True)\n    n = f(1)\n    torch.set_grad_enabled(False)\n"
+    [finding], fixed = _run(code)
+    assert finding.fix_title == (
+        "Use `with torch.enable_grad():` instead of the toggles (no helper: at module level every name it binds"
+        " is a global that any code may read)"
+    )
+    assert fixed == "import torch\nwith torch.no_grad():\n    with torch.enable_grad():\n        n = f(1)\n"
+
+
+def test_the_helper_goes_after_the_blank_line_and_before_the_comments_of_the_function():
+    code = (
+        "import torch\n\n# helper below\n\n# about f\ndef f(x):\n    with torch.no_grad():\n        torch.set_grad_enabled(True)\n"
+        "        y = x * 2\n        torch.set_grad_enabled(False)\n        z = y + 1\n    return z\n"
+    )
+    [finding], fixed = _run(code)
+    assert finding.fix_title == "Move the statements into a helper `_y_with_grad` decorated `@torch.enable_grad()`, at module level"
+    assert fixed == (
+        "import torch\n\n@torch.enable_grad()\ndef _y_with_grad(x):\n    y = x * 2\n    return y\n\n\n# helper below\n\n# about f\n"
+        "def f(x):\n    with torch.no_grad():\n        y = _y_with_grad(x)\n        z = y + 1\n    return z\n"
+    )
+
+
+def test_a_helper_that_needs_a_closure_variable_goes_before_the_with():
+    code = (
+        "import torch\ndef outer(w):\n    def f(x):\n        with torch.no_grad():\n            torch.set_grad_enabled(True)\n"
+        "            y = x * w\n            torch.set_grad_enabled(False)\n            z = y + 1\n        return z\n    return f\n"
+    )
+    [finding], fixed = _run(code)
+    assert finding.fix_title.endswith("decorated `@torch.enable_grad()`, before the `with`")
+    assert fixed == (
+        "import torch\ndef outer(w):\n    def f(x):\n        @torch.enable_grad()\n        def _y_with_grad(x):\n"
+        "            y = x * w\n            return y\n\n        with torch.no_grad():\n            y = _y_with_grad(x)\n"
+        "            z = y + 1\n        return z\n    return f\n"
+    )

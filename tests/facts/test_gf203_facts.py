@@ -64,3 +64,23 @@ def test_but_a_tensor_computed_in_the_save_call_depends_on_the_grad_mode():
     assert inside != outside
     assert torch.load(io.BytesIO(outside)).requires_grad
     assert not torch.load(io.BytesIO(inside)).requires_grad
+
+
+# How the finding reads (scripts/mutate.py found the fix title unpinned).
+def _findings(code: str):
+    from gradfix import Settings, check
+
+    return check(code, settings=Settings(select=("GF203",)))
+
+
+def test_a_save_alone_in_its_block_is_fixed_by_removing_the_block():
+    [finding] = _findings("import torch\nwith torch.no_grad():\n    torch.save(sd, 'm.pth')\n")
+    assert (finding.span.line, finding.span.col) == (3, 4)
+    assert finding.fix_title == "Remove the block, keep its statements"
+
+
+def test_a_save_after_tensor_work_is_fixed_by_moving_it_after_the_block():
+    [finding] = _findings("import torch\nwith torch.no_grad():\n    acc = score(model)\n    torch.save(sd, 'm.pth')\n")
+    assert (finding.span.line, finding.span.col) == (4, 4)
+    assert finding.fix_title == "Move the save after the block"
+    assert finding.message == "`torch.save` inside `with torch.no_grad():` (line 2) writes the same file in any grad mode"

@@ -71,3 +71,15 @@ def test_saving_is_not_part_of_gf204():
     with torch.no_grad():
         torch.save(t, buf2)
     assert buf1.getvalue() == buf2.getvalue()
+
+
+def test_the_finding_covers_the_block_and_offers_to_unwrap_it():
+    from gradfix import Settings, check, fix
+
+    code = "import torch\nwith torch.no_grad():\n    del x\n    print('done')\n"
+    settings = Settings(select=("GF204",))
+    [finding] = check(code, settings=settings)
+    assert (finding.span.line, finding.span.col, finding.span.end_line) == (2, 0, 4)
+    assert finding.message == "`with torch.no_grad():` wraps no tensor computation (only del/pass/cleanup/logging)"
+    assert finding.fix_title == "Remove the block, keep its statements"
+    assert fix(code, settings=settings) == "import torch\ndel x\nprint('done')\n"

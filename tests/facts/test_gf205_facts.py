@@ -87,3 +87,20 @@ def test_nested_with_items_equal():
     with torch.enable_grad(), torch.no_grad():
         specific = torch.is_grad_enabled()
     assert generic == specific
+
+
+def test_an_uncalled_set_grad_enabled_is_left_to_gf101():
+    # `with torch.set_grad_enabled:` has no mode to read: GF205 says nothing (and does not fail).
+    from gradfix import Settings, check
+
+    code = "import torch\nwith torch.set_grad_enabled:\n    y = f(x)\n"
+    assert [(f.code, f.span.line, f.span.col) for f in check(code, settings=Settings(select=("GF205", "GF101")))] == [("GF101", 2, 5)]
+
+
+def test_the_finding_names_the_short_spelling_in_message_and_title():
+    from gradfix import Settings, check
+
+    [finding] = check("import torch as T\nwith T.set_grad_enabled(False):\n    y = f(x)\n", settings=Settings(select=("GF205",)))
+    assert (finding.span.line, finding.span.col, finding.span.end_col) == (2, 5, 30)
+    assert finding.message == "`T.set_grad_enabled(False)` has a constant mode: `T.no_grad()` says the same by name"
+    assert finding.fix_title == "Write `T.no_grad()`"

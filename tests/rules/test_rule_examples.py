@@ -34,6 +34,8 @@ def test_rule_has_docs_and_examples(rule):
     assert rule.VALID, f"{rule.code} has no VALID examples"
     assert rule.INVALID, f"{rule.code} has no INVALID examples"
     assert rule.code.startswith("GF") and rule.name and rule.summary
+    # A trigger is a substring a file must hold for the rule to run: "" would match every file.
+    assert all(isinstance(t, str) and t for t in rule.triggers), f"{rule.code}: an empty trigger"
 
 
 @pytest.mark.parametrize("rule, example", list(_cases("VALID")))
@@ -59,9 +61,16 @@ def test_invalid_example_fires_and_fixes(rule, example):
         assert fix(example.code, settings=_settings(rule, example.options, unsafe=False)) == example.code
 
 
-@pytest.mark.parametrize("rule, example", list(_cases("VALID")))
-def test_valid_example_is_a_program(rule, example):
-    # An empty VALID example, or one that does not parse, pins nothing: it stays silent
-    # whatever the rule does.
-    assert example.code.strip(), f"{rule.code} has an empty VALID example"
-    compile(example.code, "<valid>", "exec")
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
+def test_every_example_is_a_program_of_its_own(rule):
+    # An example emptied or repeated tests nothing (scripts/mutate.py's emptied strings survived
+    # every other test): each one is non-empty Python that compiles, and no two are the same
+    # (the same code under other options is another example).
+    examples = [(e.code, sorted(e.options.items())) for kind in ("VALID", "INVALID") for e in getattr(rule, kind)]
+    for code, _ in examples:
+        assert code.strip(), f"{rule.code} has an empty example"
+        compile(code, f"<{rule.code} example>", "exec")
+    assert len({repr(e) for e in examples}) == len(examples), f"{rule.code} repeats an example"
+    for example in rule.INVALID:
+        if example.expected is not None:
+            assert example.expected != example.code, f"{rule.code}: an INVALID example's fix changes nothing"
