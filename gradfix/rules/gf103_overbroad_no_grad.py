@@ -356,7 +356,7 @@ class OverbroadNoGrad(Rule):
                         uses.append(wrap)
         if not fixes_the_loss([first]):
             return None
-        style = self.opts.get("style", "detach")
+        style = self.opts["style"]
         # `enc_out, hidden = lstm_encoder(src)`: an unpacked element may itself be a tuple (an
         # LSTM's `(h, c)`), and `hidden.detach()` would raise AttributeError. Only a use that is
         # already a tensor method's receiver (`hidden.mean(1)`) proves a tensor there.

@@ -616,8 +616,8 @@ class GlobalGradToggle(Rule):
             closer = None
             if i + 1 < len(toggles):
                 nxt = toggles[i + 1]
-                nxt_end = positions[i + 2] if i + 2 < len(toggles) else len(block)
-                if nxt.restore or (i + 2 == len(toggles) and nxt_end == positions[i + 1] + 1):
+                # a last toggle that ends the block closes the opener, whatever mode it sets
+                if nxt.restore or (i + 2 == len(toggles) and len(block) == positions[i + 1] + 1):
                     closer = i + 1
             units.append((i, closer))
             i = closer + 1 if closer is not None else i + 1

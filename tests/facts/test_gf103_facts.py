@@ -144,3 +144,77 @@ def test_an_lstm_hidden_state_is_a_tuple_without_detach():
     out, hidden = nn.LSTM(3, 4)(torch.randn(2, 1, 3))
     assert isinstance(hidden, tuple) and not hasattr(hidden, "detach")
     assert out.detach().shape == out.shape
+
+
+# -- the fix's shape checks (mutation testing): these blocks are reported without a fix ----------
+
+_SHAPES_WITHOUT_FIX = {
+    # `w = model.aux(x)` does not consume the frozen stage: no two-stage shape.
+    "unrelated_consumer": (
+        "import torch\ndef step(model, x, y, crit):\n    with torch.no_grad():\n        h = model.enc(x)\n        out = model.dec(h)\n"
+        "        w = model.aux(x)\n    loss = crit(out, y)\n    loss.backward()\n",
+        (3, 4, 6),
+    ),
+    # The body on the `with` line, and `;`-joined statements: no statement to move out.
+    "same_line_body": (
+        "import torch\ndef step(model, x, y, crit):\n    with torch.no_grad(): h = model.enc(x); out = model.dec(h)\n"
+        "    loss = crit(out, y)\n    loss.backward()\n",
+        (3, 4, 3),
+    ),
+    "semicolon_joined": (
+        "import torch\ndef step(model, x, y, crit):\n    with torch.no_grad():\n        h = model.enc(x); out = model.dec(h)\n"
+        "    loss = crit(out, y)\n    loss.backward()\n",
+        (3, 4, 4),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SHAPES_WITHOUT_FIX))
+def test_shapes_outside_the_two_stage_form_are_reported_without_a_fix(name):
+    from gradfix import Settings, check, fix
+
+    code, (line, col, end_line) = _SHAPES_WITHOUT_FIX[name]
+    settings = Settings(select=("GF103",), unsafe_fixes=True)
+    [finding] = check(code, settings=settings)
+    assert (finding.span.line, finding.span.col, finding.span.end_line) == (line, col, end_line)
+    backward_line = code.count("\n")
+    assert finding.message == (
+        f"`loss`, backpropagated at line {backward_line}, is computed only from this block: no grad_fn, backward raises RuntimeError"
+    )
+    assert finding.fix_title is None
+    assert fix(code, settings=settings) == code
+
+
+def test_a_stage_picked_from_a_container_is_no_frozen_stage_to_detach():
+    # `stages[0](x)` is not a call of a named stage: the single-statement fix is not offered.
+    from gradfix import Settings, check, fix
+
+    code = (
+        "import torch\ndef step(model, stages, x, y, crit):\n    with torch.no_grad():\n        out = model.dec(stages[0](x))\n"
+        "    loss = crit(out, y)\n    loss.backward()\n"
+    )
+    settings = Settings(select=("GF103",), unsafe_fixes=True)
+    [finding] = check(code, settings=settings)
+    assert (finding.span.line, finding.span.col, finding.span.end_line, finding.span.end_col) == (3, 4, 4, 37)
+    assert finding.fix_title is None
+    assert fix(code, settings=settings) == code
+
+
+def test_the_message_shortens_the_tensor_past_30_characters_and_the_fix_detaches():
+    from gradfix import Settings, check, fix
+
+    code = (
+        "import torch\ndef step(model, x, y, crit):\n    with torch.no_grad():\n        h = model.enc(x)\n        out = model.dec(h)\n"
+        "    (crit(out, y) + out.abs().mean()).backward()\n"
+    )
+    settings = Settings(select=("GF103",), unsafe_fixes=True)
+    [finding] = check(code, settings=settings)
+    assert (finding.span.line, finding.span.col, finding.span.end_line, finding.span.end_col) == (3, 4, 5, 26)
+    assert finding.message == (
+        "`crit(out, y) + out.abs().me...`, backpropagated at line 6, is computed only from this block: no grad_fn, backward raises RuntimeError"
+    )
+    assert finding.fix_title == "Drop the block; detach `h` where line 5 read it"
+    assert fix(code, settings=settings) == (
+        "import torch\ndef step(model, x, y, crit):\n    h = model.enc(x)\n    out = model.dec(h.detach())\n"
+        "    (crit(out, y) + out.abs().mean()).backward()\n"
+    )

@@ -169,3 +169,84 @@ def test_mode_free_layers_compute_the_same_in_train_and_eval():
         a = net(x)
         net.eval()
         assert not torch.equal(a, net(x))
+
+
+# -- the fix's range (mutation testing) -------------------------------------------------------
+
+_TWO_BLOCKS = (
+    "import torch\ndef evaluate(model, a, b):\n    with torch.no_grad():\n        x = model(a)\n    print(x)\n    with torch.no_grad():\n"
+    "        y = model(b)\n    return x, y\n"
+    "def train(model, loader, opt):\n    model.train()\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n"
+)
+
+
+@pytest.mark.parametrize("style", ["insert", "restore"])
+def test_two_sibling_blocks_get_one_eval_and_one_restore_around_both(style):
+    from gradfix import Settings, check, fix
+
+    settings = Settings(select=("GF104",), unsafe_fixes=True, rule_options={"GF104": {"style": style}})
+    [finding] = check(_TWO_BLOCKS, settings=settings)
+    assert (finding.span.line, finding.span.col, finding.span.end_col) == (4, 12, 20)
+    assert finding.message == "`model` runs under `torch.no_grad()` in train mode (trained at line 10): dropout/batch norm stay on"
+    restore = " and restore the mode in a `finally`" if style == "restore" else ""
+    assert finding.fix_title == f"Insert `model.eval()` before the block{restore}"
+    evaluate = (
+        "    model.eval()\n    with torch.no_grad():\n        x = model(a)\n    print(x)\n    with torch.no_grad():\n        y = model(b)\n"
+        if style == "insert"
+        else "    was_training = model.training\n    model.eval()\n    try:\n        with torch.no_grad():\n            x = model(a)\n"
+        "        print(x)\n        with torch.no_grad():\n            y = model(b)\n    finally:\n        model.train(was_training)\n"
+    )
+    assert fix(_TWO_BLOCKS, settings=settings) == _TWO_BLOCKS.replace(
+        "    with torch.no_grad():\n        x = model(a)\n    print(x)\n    with torch.no_grad():\n        y = model(b)\n", evaluate
+    )
+
+
+def _valid_example(marker):
+    from gradfix.rules import rule_by_code
+
+    [code] = [v.code for v in rule_by_code("GF104").VALID if marker in v.code]
+    return code
+
+
+@pytest.mark.parametrize(
+    "marker, silencer, plain",
+    [
+        ("# noqa: GF104", "  # noqa: GF104", ""),
+        ("contextlib.nullcontext()", "torch.no_grad() if frozen else contextlib.nullcontext()", "torch.no_grad()"),
+        ("def evaluate(model, x):\n    model.eval()\n", "    model.eval()\n    with", "    with"),
+    ],
+    ids=["noqa", "conditional_region", "eval_before"],
+)
+def test_each_look_alike_example_is_silent_for_the_reason_it_shows(marker, silencer, plain):
+    # The example, with what makes it legitimate taken out, is reported: it is silent for that reason.
+    from gradfix import Settings, check
+
+    settings = Settings(select=("GF104",))
+    code = _valid_example(marker)
+    assert check(code, settings=settings) == []
+    assert [f.code for f in check(code.replace(silencer, plain), settings=settings)] == ["GF104"]
+
+
+def test_a_frozen_teacher_in_a_training_step_is_silent_the_trained_model_in_an_evaluation_is_not():
+    from gradfix import Settings, check
+
+    settings = Settings(select=("GF104",))
+    code = _valid_example("def distil(")
+    assert check(code, settings=settings) == []
+    evaluation = code.replace("t = teacher(x)", "t = model(x)").replace("    loss.backward()\n    opt.step()\n", "")
+    assert [f.code for f in check(evaluation, settings=settings)] == ["GF104"]
+
+
+def test_two_branches_in_a_loop_get_eval_before_their_if_not_before_the_loop():
+    from gradfix import Settings, check, fix
+
+    code = (
+        "import torch\ndef train(model, loader, opt):\n    model.train()\n    for x in loader:\n        model(x).sum().backward()\n"
+        "        opt.step()\ndef evaluate(model, batches, flip):\n    for x in batches:\n        if flip:\n            with torch.no_grad():\n"
+        "                y = model(x.flip(0))\n        else:\n            with torch.no_grad():\n                y = model(x)\n        print(y)\n"
+    )
+    settings = Settings(select=("GF104",), unsafe_fixes=True)
+    [finding] = check(code, settings=settings)
+    assert (finding.span.line, finding.span.col) == (11, 20)
+    assert finding.fix_title == "Insert `model.eval()` before the block"
+    assert fix(code, settings=settings) == code.replace("        if flip:\n", "        model.eval()\n        if flip:\n")

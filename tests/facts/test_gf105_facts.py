@@ -159,3 +159,121 @@ def test_gf105_reports_the_real_eval_call_whatever_gf104_does():
         found = [f for f in check(with_eval, settings=settings) if f.code == "GF105"]
         assert len(found) == 2 and all(f"line {line}" in f.message for f in found)
     assert [f.code for f in check(SCRIPT, settings=Settings(select=("GF105",)))] == []
+
+
+# -- findings, fixes and the shapes without a fix (mutation testing) -----------------------------
+
+_EVAL_HELPER = "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"
+
+
+def _gf105(code):
+    settings = Settings(select=("GF105",), unsafe_fixes=True)
+    found = [(f.span.line, f.span.col, f.message, f.fix_title) for f in check(code, settings=settings)]
+    return found, fix(code, settings=settings)
+
+
+_NO_PLACE = "is not undone before every step; no fix: no single place for `.train()`"
+
+
+@pytest.mark.parametrize(
+    "code, where, line",
+    [
+        (
+            "import torch" + _EVAL_HELPER + "model = Net()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x in loader:\n"
+            "    model(x).sum().backward()\n    opt.step()\nevaluate(model, x)\nfor x in loader:\n    model(x).sum().backward()\n    opt.step()\n",
+            "this loop", 9,
+        ),
+        (
+            "import torch" + _EVAL_HELPER + "def fit(model, loader, opt, x):\n    for x in loader:\n        model(x).sum().backward()\n"
+            "        opt.step()\n    evaluate(model, x)\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n",
+            "`fit`", 8,
+        ),
+    ],
+    ids=["module_level", "function"],
+)
+def test_two_training_loops_around_an_evaluation_have_no_single_place_for_train(code, where, line):
+    found, fixed = _gf105(code)
+    assert found == [(line, 4 if where == "this loop" else 8, f"{where} may train `model` in eval mode: `model.eval()` (line 3) {_NO_PLACE}", None)]
+    assert fixed == code
+
+
+_IN_EPOCH_LOOP = "Insert `model.train()` at the start of the epoch loop's body"
+
+
+def test_an_lbfgs_closure_trains_inside_optimizer_step():
+    code = (
+        "import torch\ndef fit(model, x, opt):\n    for epoch in range(3):\n        def closure():\n            opt.zero_grad()\n"
+        "            loss = model(x).sum()\n            loss.backward()\n            return loss\n        opt.step(closure)\n"
+        "        evaluate(model, x)\n" + _EVAL_HELPER
+    )
+    found, fixed = _gf105(code)
+    assert found == [(9, 8, "`fit` may train `model` in eval mode: `model.eval()` (line 13) is not undone before every step", _IN_EPOCH_LOOP)]
+    assert fixed == code.replace("    for epoch in range(3):\n", "    for epoch in range(3):\n        model.train()\n")
+
+
+def test_an_explicit_forward_call_is_a_use_of_the_module():
+    code = (
+        "import torch\ndef fit(model, loader, opt, x):\n    for epoch in range(3):\n        for xb in loader:\n"
+        "            model.forward(xb).sum().backward()\n            opt.step()\n        evaluate(model, x)\n" + _EVAL_HELPER
+    )
+    found, fixed = _gf105(code)
+    assert found == [(5, 12, "`fit` may train `model` in eval mode: `model.eval()` (line 10) is not undone before every step", _IN_EPOCH_LOOP)]
+    assert fixed == code.replace("    for epoch in range(3):\n", "    for epoch in range(3):\n        model.train()\n")
+
+
+def test_a_caller_that_sets_train_mode_before_each_call_owns_the_mode():
+    code = (
+        "import torch\ndef train_epoch(model, loader, opt):\n    for x in loader:\n        model(x).sum().backward()\n        opt.step()\n"
+        + _EVAL_HELPER
+        + "def main(model, loader, opt, x):\n    for epoch in range(3):\n        model.train()\n        train_epoch(model, loader, opt)\n"
+        "        evaluate(model, x)\n"
+    )
+    assert _gf105(code) == ([], code)
+
+
+def test_the_verify_contract_wants_every_forward_in_training_mode():
+    from gradfix.rules import rule_by_code
+    from gradfix.verify.contract import Contract, ForwardMode, resolve
+
+    contract = resolve(rule_by_code("GF105"))
+    assert isinstance(contract, Contract)
+    assert ForwardMode("train", "training", True) in contract.expect
+    # Inserting `.train()` may change forwards and training flags, never whether the code raises
+    # or the grad mode it leaves behind.
+    assert set(contract.keep) == {"*: grad mode after", "exception"}
+
+
+def test_no_train_call_is_planned_before_the_module_exists():
+    # The function's start is the only place for `net.train()`, but `net` is built there.
+    code = (
+        "import torch\ndef fit(loader, x):\n    net = Net()\n    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    for xb in loader:\n"
+        "        net(xb).sum().backward()\n        opt.step()\n    net.eval()\n    print(net(x))\n    for xb in loader:\n"
+        "        net(xb).sum().backward()\n        opt.step()\n"
+    )
+    assert _gf105(code) == (
+        [(6, 8, f"`fit` may train `net` in eval mode: `net.eval()` (line 8) {_NO_PLACE}", None)],
+        code,
+    )
+
+
+def test_a_run_on_a_folder_asks_the_project_whether_the_module_is_mode_free(tmp_path: Path, capsys):
+    # `Net` (models.py) holds only a Linear: eval mode changes nothing for it. GF105 needs the
+    # project index to see that; the index is built because the rule says it uses one.
+    from gradfix.cli import main
+
+    (tmp_path / "models.py").write_text(
+        "import torch.nn as nn\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = nn.Linear(2, 2)\n\n    def forward(self, x):\n        return self.fc(x)\n"
+    )
+    (tmp_path / "train.py").write_text(
+        "import torch\nfrom models import Net\n" + _EVAL_HELPER + "\ndef fit(loader, x):\n    model = Net()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(3):\n        for xb in loader:\n"
+        "            model(xb).sum().backward()\n            opt.step()\n        evaluate(model, x)\n"
+    )
+    with pytest.raises(SystemExit) as done:
+        main([str(tmp_path), "--select", "GF105"])
+    assert done.value.code == 0 and "GF105" not in capsys.readouterr().out
+    # The file alone: `Net` is unknown, so it may hold dropout or batch norm.
+    with pytest.raises(SystemExit) as done:
+        main([str(tmp_path / "train.py"), "--select", "GF105"])
+    assert done.value.code == 1 and "GF105 [unsafe] `fit` may train `model` in eval mode" in capsys.readouterr().out

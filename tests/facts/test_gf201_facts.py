@@ -167,3 +167,102 @@ def test_alias_spellings_are_the_same_objects():
     assert torch.autograd.enable_grad is torch.enable_grad
     assert torch.autograd.grad_mode.no_grad is torch.no_grad
     assert torch.autograd.grad_mode.enable_grad is torch.enable_grad
+
+
+# -- findings without a fix (mutation testing): the reason each one gives -----------------------
+
+def _gf201(code):
+    from gradfix import Settings, check, fix
+
+    settings = Settings(select=("GF201",), unsafe_fixes=True)
+    found = [(f.span.line, f.span.col, f.message, f.fix_title) for f in check(code, settings=settings)]
+    return found, fix(code, settings=settings)
+
+
+def test_a_toggle_in_a_loop_body_closed_by_a_non_literal_mode_reaches_past_the_loop():
+    code = (
+        "import torch\ndef f(model, loader, mode):\n    for x in loader:\n        torch.set_grad_enabled(False)\n        out = model(x)\n"
+        "        torch.set_grad_enabled(mode)\n    return out\n"
+    )
+    why = "(not fixed: the mode it sets reaches code after its nested block)"
+    assert _gf201(code) == (
+        [
+            (4, 8, f"bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller {why}", None),
+            (6, 8, f"bare `torch.set_grad_enabled(mode)` leaks the global grad mode to the caller {why}", None),
+        ],
+        code,
+    )
+
+
+def test_a_mode_restored_in_finally_is_not_rewritten():
+    code = (
+        "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    try:\n        return model(x)\n    finally:\n"
+        "        torch.set_grad_enabled(True)\n"
+    )
+    why = "(not fixed: the function restores the mode by hand in `except`/`finally`)"
+    assert _gf201(code) == (
+        [
+            (3, 4, f"bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller {why}", None),
+            (7, 8, f"bare `torch.set_grad_enabled(True)` leaks the global grad mode to the caller {why}", None),
+        ],
+        code,
+    )
+
+
+def test_a_mode_restored_in_the_finally_of_try_except_star_is_not_rewritten():
+    code = (
+        "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    try:\n        return model(x)\n    except* ValueError:\n"
+        "        pass\n    finally:\n        torch.set_grad_enabled(True)\n"
+    )
+    found, fixed = _gf201(code)
+    assert [(line, col, title) for line, col, _, title in found] == [(3, 4, None), (9, 8, None)]
+    assert all(m.endswith("(not fixed: the function restores the mode by hand in `except`/`finally`)") for _, _, m, _ in found)
+    assert fixed == code
+
+
+_PAIR = "the closing toggle forces a mode the caller may not have"
+
+
+@pytest.mark.parametrize(
+    "code, closers, fixed",
+    [
+        # A literal True closer before the function's last statement.
+        (
+            "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    out = model(x)\n    torch.set_grad_enabled(True)\n    return out\n",
+            [(3, "True", 5)],
+            "import torch\ndef f(model, x):\n    with torch.no_grad():\n        out = model(x)\n    return out\n",
+        ),
+        # Two pairs in one function: each becomes its own block.
+        (
+            "import torch\ndef f(model, x, y):\n    torch.set_grad_enabled(False)\n    a = model(x)\n    torch.set_grad_enabled(True)\n"
+            "    b = model(y)\n    torch.set_grad_enabled(False)\n    c = model(a + b)\n    torch.set_grad_enabled(True)\n    return c\n",
+            [(3, "True", 5), (7, "True", 9)],
+            "import torch\ndef f(model, x, y):\n    with torch.no_grad():\n        a = model(x)\n    b = model(y)\n"
+            "    with torch.no_grad():\n        c = model(a + b)\n    return c\n",
+        ),
+        # A non-literal last toggle ending the function closes the block too.
+        (
+            "import torch\ndef f(model, x, mode):\n    torch.set_grad_enabled(False)\n    out = model(x)\n    torch.set_grad_enabled(mode)\n",
+            [(3, "mode", 5)],
+            "import torch\ndef f(model, x, mode):\n    with torch.no_grad():\n        out = model(x)\n",
+        ),
+        # The closer's comment stays, at the end of the new block, without the blank line under it.
+        (
+            "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    out = model(x)\n    # back on\n\n    torch.set_grad_enabled(True)\n",
+            [(3, "True", 7)],
+            "import torch\ndef f(model, x):\n    with torch.no_grad():\n        out = model(x)\n        # back on\n",
+        ),
+    ],
+    ids=["closer_before_return", "two_pairs", "non_literal_closer", "closer_comment"],
+)
+def test_paired_toggles_become_with_blocks(code, closers, fixed):
+    found, got = _gf201(code)
+    assert found == [
+        (
+            line, 4,
+            f"bare `torch.set_grad_enabled(False)` … `torch.set_grad_enabled({mode})` (line {end}): {_PAIR}",
+            "Use `with torch.no_grad():`",
+        )
+        for line, mode, end in closers
+    ]
+    assert got == fixed
