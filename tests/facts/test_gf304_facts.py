@@ -113,3 +113,17 @@ def test_no_grad_in_place_on_buffers_views_and_grads_gives_the_same_values():
     assert torch.equal(weight.detach(), via_data[1])
     assert torch.equal(weight.grad, via_data[2])
     assert weight.is_leaf and weight.grad_fn is None
+
+
+def test_a_data_subscript_write_with_an_index_key_is_reported_and_a_string_key_is_not():
+    """`.data[0] = v` indexes a tensor (reported); `.data['k'] = v` is a mapping (DGL's feature dict)."""
+    from gradfix import Settings, check
+
+    code = (
+        "import torch\n\nclass M(torch.nn.Module):\n    def reset(self):\n"
+        "        self.weight.data[0] = 0\n        self.weight.data['k'] = 0\n"
+    )
+    [finding] = check(code, settings=Settings(select=("GF304",)))
+    assert (finding.code, finding.span.line, finding.span.col) == ("GF304", 5, 8)
+    assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"
+    assert finding.fix_title == "Wrap the writes in `with torch.no_grad():` and drop `.data`"
