@@ -127,3 +127,14 @@ def test_a_data_subscript_write_with_an_index_key_is_reported_and_a_string_key_i
     assert (finding.code, finding.span.line, finding.span.col) == ("GF304", 5, 8)
     assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"
     assert finding.fix_title == "Wrap the writes in `with torch.no_grad():` and drop `.data`"
+
+
+def test_a_name_not_bound_by_the_loop_over_parameters_is_only_reported():
+    """`buf` is not the loop's target, so nothing says it is a parameter: reported, no fix."""
+    from gradfix import Settings, check
+
+    code = "import torch\n\ndef step(model, buf):\n    for p in model.parameters():\n        pass\n    buf.data.zero_()\n"
+    [finding] = check(code, settings=Settings(select=("GF304",)))
+    assert (finding.span.line, finding.span.col) == (6, 4)
+    assert finding.message == "in-place write through `.data` of `buf` bypasses autograd's version checks"
+    assert finding.fix_title is None and not finding.fix
