@@ -138,3 +138,16 @@ def test_a_name_not_bound_by_the_loop_over_parameters_is_only_reported():
     assert (finding.span.line, finding.span.col) == (6, 4)
     assert finding.message == "in-place write through `.data` of `buf` bypasses autograd's version checks"
     assert finding.fix_title is None and not finding.fix
+
+
+def test_a_key_the_items_loop_does_not_bind_still_indexes_a_tensor():
+    """Only the loop's own key (`k`) makes `.data[k]` a mapping; `.data[i]` is a tensor write."""
+    from gradfix import Settings, check
+
+    code = (
+        "import torch\n\nclass M(torch.nn.Module):\n    def reset(self, m, i):\n"
+        "        for k, v in m.items():\n            self.weight.data[k] = v\n        self.weight.data[i] = 0\n"
+    )
+    [finding] = check(code, settings=Settings(select=("GF304",)))
+    assert (finding.span.line, finding.span.col) == (7, 8)
+    assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"
