@@ -113,3 +113,41 @@ def test_no_grad_in_place_on_buffers_views_and_grads_gives_the_same_values():
     assert torch.equal(weight.detach(), via_data[1])
     assert torch.equal(weight.grad, via_data[2])
     assert weight.is_leaf and weight.grad_fn is None
+
+
+def test_a_data_subscript_write_with_an_index_key_is_reported_and_a_string_key_is_not():
+    """`.data[0] = v` indexes a tensor (reported); `.data['k'] = v` is a mapping (DGL's feature dict)."""
+    from gradfix import Settings, check
+
+    code = (
+        "import torch\n\nclass M(torch.nn.Module):\n    def reset(self):\n"
+        "        self.weight.data[0] = 0\n        self.weight.data['k'] = 0\n"
+    )
+    [finding] = check(code, settings=Settings(select=("GF304",)))
+    assert (finding.code, finding.span.line, finding.span.col) == ("GF304", 5, 8)
+    assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"
+    assert finding.fix_title == "Wrap the writes in `with torch.no_grad():` and drop `.data`"
+
+
+def test_a_name_not_bound_by_the_loop_over_parameters_is_only_reported():
+    """`buf` is not the loop's target, so nothing says it is a parameter: reported, no fix."""
+    from gradfix import Settings, check
+
+    code = "import torch\n\ndef step(model, buf):\n    for p in model.parameters():\n        pass\n    buf.data.zero_()\n"
+    [finding] = check(code, settings=Settings(select=("GF304",)))
+    assert (finding.span.line, finding.span.col) == (6, 4)
+    assert finding.message == "in-place write through `.data` of `buf` bypasses autograd's version checks"
+    assert finding.fix_title is None and not finding.fix
+
+
+def test_a_key_the_items_loop_does_not_bind_still_indexes_a_tensor():
+    """Only the loop's own key (`k`) makes `.data[k]` a mapping; `.data[i]` is a tensor write."""
+    from gradfix import Settings, check
+
+    code = (
+        "import torch\n\nclass M(torch.nn.Module):\n    def reset(self, m, i):\n"
+        "        for k, v in m.items():\n            self.weight.data[k] = v\n        self.weight.data[i] = 0\n"
+    )
+    [finding] = check(code, settings=Settings(select=("GF304",)))
+    assert (finding.span.line, finding.span.col) == (7, 8)
+    assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"

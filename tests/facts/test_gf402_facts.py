@@ -273,3 +273,19 @@ def test_a_wrapper_detached_at_once_adds_nothing():
         assert wrapped.grad_fn is None and plain.grad_fn is None
         assert wrapped.requires_grad is plain.requires_grad is False
         assert wrapped.is_leaf and plain.is_leaf
+
+
+def test_volatile_calls_are_gf401s_while_it_runs_and_gf402s_alone():
+    """With GF401 selected GF402 reports only the call without `volatile`; alone it reports all three,
+    the `volatile=True, requires_grad=True` one as a possible ValueError."""
+    from gradfix import Settings, check
+
+    code = (
+        "from torch.autograd import Variable\n\ndef f(x):\n    a = Variable(x, volatile=True)\n    b = Variable(x)\n"
+        "    c = Variable(x, volatile=True, requires_grad=True)\n    return a, b, c\n"
+    )
+    alias = "legacy `Variable(...)` of a tensor: since PyTorch 0.4 it returns a detached alias"
+    both = [(f.code, f.span.line, f.span.col, f.message) for f in check(code, settings=Settings(select=("GF401", "GF402"))) if f.code == "GF402"]
+    assert both == [("GF402", 5, 8, alias)]
+    alone = [(f.span.line, f.span.col, f.message) for f in check(code, settings=Settings(select=("GF402",)))]
+    assert alone == [(4, 8, alias), (5, 8, alias), (6, 8, "legacy `Variable(...)` with `volatile` and `requires_grad` may raise ValueError")]
