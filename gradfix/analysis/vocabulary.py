@@ -214,13 +214,6 @@ DETACHING_METHODS = frozenset(
     "detach item tolist numpy size dim ndimension numel nelement stride element_size get_device "
     "eq ne gt lt ge le isnan isinf isfinite argmax argmin any all nonzero".split()
 )
-#: Fresh tensor constructors: their results require no grad unless ``requires_grad=True``.
-FRESH_CONSTRUCTORS = frozenset(
-    f"torch.{n}"
-    for n in "zeros ones empty full randn rand randint arange linspace tensor from_numpy as_tensor eye "
-    "zeros_like ones_like empty_like full_like randn_like rand_like FloatTensor LongTensor "
-    "IntTensor ByteTensor BoolTensor DoubleTensor Tensor".split()
-)
 PARAMETER_ITERATORS = frozenset(
     {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children", "buffers", "named_buffers", "state_dict"}
 )
@@ -257,21 +250,6 @@ def is_data_iterable(node: ast.AST) -> bool:
             return bool(args) and all(is_data_iterable(a) for a in args)
         return bool(DATA_ITERABLE.search(last))
     return False
-
-
-def is_fresh_tensor(facts: FileFacts, expr: ast.AST) -> bool:
-    """A fresh constructor (``torch.zeros(3)``), possibly moved/cast (``.cuda()``, ``.float()``),
-    without ``requires_grad=True``."""
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEW_METHODS:
-        expr = expr.func.value
-    if not isinstance(expr, ast.Call) or facts.call_qualname(expr) not in FRESH_CONSTRUCTORS:
-        return False
-    return not any(k.arg == "requires_grad" and not (isinstance(k.value, ast.Constant) and k.value.value is False) for k in expr.keywords)
-
-
-def is_data_attribute(expr: ast.AST) -> bool:
-    """``x.data``: the tensor without its history."""
-    return isinstance(expr, ast.Attribute) and expr.attr == "data"
 
 
 # -- loss criteria --------------------------------------------------------------------------------
