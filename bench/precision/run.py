@@ -17,10 +17,11 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Two samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
-corpus ``/work/corpus``) and ``--sample 2`` (round 4, a second unseen sample: the table under
+Three samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
 REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
-``/work/precision-out-r4``).
+``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
+``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -45,9 +46,10 @@ REPOS_MD = HERE / "REPOS.md"
 SAMPLES = {
     1: (HERE / "verdicts.tsv", Path("/work/corpus"), Path("/work/precision-out")),
     2: (HERE / "verdicts4.tsv", Path("/work/corpus2"), Path("/work/precision-out-r4")),
+    3: (HERE / "verdicts5.tsv", Path("/work/corpus3"), Path("/work/precision-out-r5")),
 }
-# the heading in REPOS.md above which the rows are sample 1 and below which they are sample 2
-SAMPLE2_HEADING = "# Round 4"
+# the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
@@ -62,8 +64,9 @@ def listed_repos(sample: int = 1) -> list[tuple[str, str]]:
     rows = []
     current = 1
     for line in REPOS_MD.read_text(encoding="utf-8").splitlines():
-        if line.startswith(SAMPLE2_HEADING):
-            current = 2
+        for heading, sample_number in SAMPLE_HEADINGS.items():
+            if line.startswith(heading):
+                current = sample_number
         m = ROW.match(line)
         if m and current == sample:
             rows.append((m.group(1), m.group(2)))
@@ -310,7 +313,8 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sample", type=int, choices=sorted(SAMPLES), default=1,
-                    help="1: rounds 1-3 (verdicts.tsv); 2: round 4 (verdicts4.tsv)")
+                    help="1: rounds 1-3 (verdicts.tsv); 2: round 4 (verdicts4.tsv); "
+                         "3: round 5 (verdicts5.tsv)")
     ap.add_argument("--corpus", type=Path, default=None,
                     help="folder holding one checkout per repository, named owner+name "
                          "(default: $CORPUS, else the sample's corpus)")
