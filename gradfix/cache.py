@@ -40,7 +40,7 @@ from gradfix.model import FileResult, Finding, FixOutcome, FixSafety, Settings, 
 
 CACHE_DIR_ENV = "GRADFIX_CACHE_DIR"
 CACHE_DIR_NAME = ".gradfix_cache"
-FORMAT = 2  # bump when the entry layout changes
+FORMAT = 3  # bump when the entry layout changes
 
 
 @lru_cache(maxsize=None)
@@ -222,6 +222,7 @@ def _encode(result: FileResult) -> dict[str, Any]:
                 "anchors": list(f.anchors),
                 "cell": f.cell,
                 "fix_title": f.fix_title,
+                "no_fix": f.no_fix,
                 "edit": None if outcome.edit is None else [[e.start, e.end, e.new] for e in outcome.edit],
             }
         )
@@ -258,6 +259,7 @@ def _decode(data: dict, display: str, source: bytes) -> FileResult:
             None,
             _optional(_int, item["cell"]),
             _optional(_str, item["fix_title"]),
+            _optional(_str, item["no_fix"]),
         )
         edit = item["edit"]
         if edit is not None:

@@ -35,6 +35,8 @@ class Finding:
     ``def`` line that opens the flagged construct). ``data`` is the rule's own payload,
     handed back to its ``fix``; it must be picklable. ``cell`` is set for notebook findings.
     ``fix_title`` says in a few words what the fix does (Ruff's fix title); None without a fix.
+    ``no_fix`` says why a rule that fixes this kind of finding builds no fix for this one (shown
+    with ``--show-fixes`` and in JSON, never in the message); None where it has a fix.
     """
 
     code: str
@@ -46,6 +48,7 @@ class Finding:
     data: Any = None
     cell: int | None = None  # 1-based notebook cell (the span is then relative to the cell)
     fix_title: str | None = None
+    no_fix: str | None = None
 
     @property
     def line(self) -> int:

@@ -51,7 +51,11 @@ def finding_line(path: str, outcome: FixOutcome, unsafe_fixes: bool, prefix: str
     f = outcome.finding
     if f.cell is not None:
         path = f"{path}:cell {f.cell}"
-    title = f" (fix: {f.fix_title})" if show_fix and f.fix_title else ""
+    title = ""
+    if show_fix:
+        title = f" (fix: {f.fix_title})" if f.fix_title and not outcome.refused else ""
+        why = outcome.refused or f.no_fix
+        title = title or (f" (no fix: {why})" if why else "")
     return f"{prefix}{path}:{f.span.line}:{f.span.col + 1}: {f.code}{_marker(outcome, unsafe_fixes)} {f.message}{title}"
 
 
@@ -156,6 +160,7 @@ def json_report(results: Sequence[FileResult], applied_mode: bool) -> str:
                     "code": f.code,
                     "name": f.name,
                     "message": f.message,
+                    **({"no_fix": f.no_fix} if f.no_fix else {}),  # why the rule builds no fix here
                     "fix": None
                     if f.fix is None
                     else {

@@ -137,13 +137,16 @@ class Rule:
         anchors: Iterable[ast.AST | int] = (),
         data: Any = None,
         fix_title: str | None = None,
+        no_fix: str | None = None,
     ) -> Finding:
-        """A finding at ``node``; ``fix=True`` means "this rule's declared fix safety"."""
+        """A finding at ``node``; ``fix=True`` means "this rule's declared fix safety".
+        ``no_fix`` (why this finding gets no fix) implies ``fix=False``; the message then says
+        only what is wrong."""
         span = node if isinstance(node, Span) else facts.span(node)
-        safety = self.fix_safety if fix is True else (None if fix is False else fix)
+        safety = None if no_fix or fix is False else self.fix_safety if fix is True else fix
         lines = tuple(a if isinstance(a, int) else a.lineno for a in anchors)
         title = (fix_title or self.fix_title) if safety is not None else None
-        return Finding(self.code, self.name, message, span, safety, lines, data, fix_title=title)
+        return Finding(self.code, self.name, message, span, safety, lines, data, fix_title=title, no_fix=no_fix)
 
     # -- metadata ---------------------------------------------------------------------------
     @classmethod

@@ -98,6 +98,7 @@ def sarif_report(results: Sequence[FileResult]) -> str:
                 "properties": {
                     "fixSafety": f.fix.value if f.fix else "none",
                     "fixApplied": outcome.applied,
+                    **({"noFix": why} if (why := outcome.refused or f.no_fix) else {}),
                     **({"notebookCell": f.cell} if f.cell is not None else {}),
                 },
             }

@@ -282,7 +282,7 @@ def to_diagnostic(finding: Finding, lines: list[str], codec: PositionCodec) -> t
         severity=types.DiagnosticSeverity.Warning,
         code=finding.code,
         source=SOURCE,
-        data={"name": finding.name, "fix": fix, "fix_title": finding.fix_title},
+        data={"name": finding.name, "fix": fix, "fix_title": finding.fix_title, "no_fix": finding.no_fix},
     )
 
 

@@ -143,6 +143,27 @@ def test_show_fixes_names_the_fix_in_check_mode(tree):
     assert "a.py:5:10: GF101 [*]" in shown.stdout and "(fix: Call the context manager: add `()`)" in shown.stdout
 
 
+CONDITIONAL_TOGGLE = "import torch\n\n\ndef f(model, x, frozen):\n    if frozen:\n        torch.set_grad_enabled(False)\n    return model(x)\n"
+
+
+def test_why_a_finding_has_no_fix_is_kept_out_of_its_message(tree):
+    """The message says what is wrong; why this finding gets no fix (its rule fixes others of
+    its kind) goes to --show-fixes, JSON `no_fix`, SARIF `noFix` and the cache, unchanged."""
+    (tree / "a.py").write_text(CONDITIONAL_TOGGLE)
+    plain = run("--select", "GF201", "--no-cache", "a.py")
+    line = "a.py:6:9: GF201 bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller"
+    assert plain.stdout.splitlines()[0] == line
+    shown = run("--select", "GF201", "--no-cache", "--show-fixes", "a.py")
+    assert shown.stdout.splitlines()[0] == line + " (no fix: it runs only under a condition)"
+    (row,) = json.loads(run("--select", "GF201", "--no-cache", "--format", "json", "a.py").stdout)
+    assert row["fix"] is None and row["no_fix"] == "it runs only under a condition"
+    sarif = json.loads(run("--select", "GF201", "--no-cache", "--format", "sarif", "a.py").stdout)
+    assert sarif["runs"][0]["results"][0]["properties"]["noFix"] == "it runs only under a condition"
+    cold = run("--select", "GF201", "--format", "json", "a.py").stdout
+    warm = run("--select", "GF201", "--format", "json", "a.py").stdout  # read back from the cache
+    assert json.loads(cold) == json.loads(warm) == [row]
+
+
 def test_diff_per_fix_lines_only_with_show_fixes(tree):
     (tree / "a.py").write_text(TWO_BUGS)
     quiet = run("--select", "GF101", "--diff", "a.py")

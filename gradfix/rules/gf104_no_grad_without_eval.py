@@ -452,12 +452,13 @@ class NoGradWithoutEval(Rule):
                 anchors = [region.owner]
                 spot = "before the block"
             if gap.generators:
-                no_fix = "no fix: a GAN generator may sample in train mode on purpose"
-                yield self.report(facts, gap.call, f"{message}; {no_fix}", anchors=anchors, fix=False)
+                no_fix = "a GAN generator may sample in train mode on purpose"
+                yield self.report(facts, gap.call, message, anchors=anchors, no_fix=no_fix)
                 continue
             late = _bound_from(facts, gap.func, gap.modules, target)
             if late is not None:
-                yield self.report(facts, gap.call, f"{message}; no fix: `{late}` is bound after the place for `.eval()`", anchors=anchors, fix=False)
+                no_fix = f"`{late}` is bound after the place for `.eval()`"
+                yield self.report(facts, gap.call, message, anchors=anchors, no_fix=no_fix)
                 continue
             if len(gap.modules) == 1:
                 flags = (unused_name(facts, gap.func, "was_training"),)

@@ -392,7 +392,7 @@ class TrainWithoutTrainMode(Rule):
             anchors = [scope] if scope is not None else []
             if key[0] == "nofix":
                 reason = f"a submodule is frozen here (line {frozen[0].call.lineno})" if frozen else "no single place for `.train()`"
-                yield self.report(facts, first, f"{message}; no fix: {reason}", fix=False, anchors=anchors)
+                yield self.report(facts, first, message, no_fix=reason, anchors=anchors)
                 continue
             span, in_loop = notes[key]
             spot = "the epoch loop's body" if in_loop else "the function"

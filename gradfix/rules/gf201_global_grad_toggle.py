@@ -636,8 +636,8 @@ class GlobalGradToggle(Rule):
                 yield self.report(
                     facts,
                     t.stmt,
-                    f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller (not fixed: {reason})",
-                    fix=False,
+                    f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller",
+                    no_fix=reason,
                 )
             return
         import_module = facts.imported_from(toggles[0].call, "set_grad_enabled")

@@ -231,8 +231,8 @@ class SaveInGradContext(Rule):
                     yield self.report(
                         facts,
                         stmt,
-                        f"`torch.save` inside `with {what}:` (line {node.lineno}) is followed by other statements: not moved",
-                        fix=False,
+                        f"`torch.save` inside `with {what}:` (line {node.lineno}) writes the same file in any grad mode",
+                        no_fix="other statements follow it in the block",
                         anchors=[node],
                     )
             if not count:
@@ -240,11 +240,10 @@ class SaveInGradContext(Rule):
             first = node.body[-count]
             mode, why = self._plan(facts, node, count)
             message = f"`torch.save` inside `with {what}:` (line {node.lineno}) writes the same file in any grad mode"
-            if why:
-                message += f" (not fixed: {why})"
             title = "Remove the block, keep its statements" if mode == "unwrap" else "Move the save after the block"
             yield self.report(
-                facts, first, message, fix=mode is not None, fix_title=title, anchors=[node], data=(facts.span(node), count, mode)
+                facts, first, message, fix=mode is not None, fix_title=title, anchors=[node], data=(facts.span(node), count, mode),
+                no_fix=why or None,
             )
 
     @staticmethod

@@ -290,7 +290,7 @@ class VariableVolatile(Rule):
                 )
                 hint = f"; to record no graph, wrap the forward pass in `with {mode}:`"
             if found.blocker is not None:
-                yield self.report(facts, found.call, f"{why}; not rewritten: {found.blocker}", fix=False)
+                yield self.report(facts, found.call, why, no_fix=found.blocker)
                 continue
             if raises_value_error(found):
                 when = "" if (volatile, requires_grad) == (True, True) else " when both are true"

@@ -470,9 +470,7 @@ class VariableWrapper(Rule):
                 continue  # GF401's, while it runs
             text = facts.segment(found.call.func)
             if found.blocker is not None:
-                yield self.report(
-                    facts, found.call, f"legacy `{text}(...)` returns a detached alias; not rewritten: {found.blocker}", fix=False
-                )
+                yield self.report(facts, found.call, f"legacy `{text}(...)` returns a detached alias", no_fix=found.blocker)
                 continue
             if raises_value_error(found):
                 yield self.report(

@@ -2,7 +2,7 @@
 
 ``tests/rules/snapshots/<CODE>.txt`` holds, for each INVALID/VALID example of the rule and each
 ``tests/golden/<CODE>/*.in.py``, every finding as ``line:col-end_line:end_col CODE [fix] message``
-(columns 1-based, as the CLI prints them), with its fix title on the next line. Every run of the
+(columns 1-based, as the CLI prints them), with its fix title (or why it has no fix) on the next line. Every run of the
 suite has its own hash seed, so a message or title that depends on set order fails here. The test compares strictly; after a deliberate change
 to a rule's positions or messages, regenerate with::
 
@@ -46,6 +46,8 @@ def _lines(findings) -> list[str]:
         out.append(f"{s.line}:{s.col + 1}-{s.end_line}:{s.end_col + 1} {f.code}{fix} {f.message}")
         if f.fix_title:
             out.append(f"    fix: {f.fix_title}")
+        if f.no_fix:
+            out.append(f"    no fix: {f.no_fix}")
     return out or ["(no findings)"]
 
 
