@@ -332,16 +332,33 @@ def fix_variable_call(finding, ctx):
     is left."""
     from gradfix.fixer import Edit, FixError
 
-    kind, module, statement = finding.data
+    kind, module, statement, heir = finding.data
     if module:
         ctx.remove_import_if_unused(module, "Variable")
     if statement is not None:
         line = ctx.parent(ctx.node_at(statement, cst.Assign))
         if not isinstance(line, cst.SimpleStatementLine):
             raise FixError("the assignment moved")
-        return [Edit(line, cst.RemoveFromParent())]
+        if heir is None:
+            return [Edit(line, cst.RemoveFromParent())]
+        # the blank lines and comments above the line stay, above the statement after it
+        inherits = _statement_at(ctx, heir)
+        moved = inherits.with_changes(leading_lines=[*line.leading_lines, *inherits.leading_lines])
+        return [Edit(line, cst.RemoveFromParent()), Edit(inherits, moved)]
     call = ctx.node_at(finding.span, cst.Call)
     return [Edit(call, rewritten(ctx, call, kind).with_changes(lpar=call.lpar, rpar=call.rpar))]
+
+
+def _statement_at(ctx, span):
+    """The LibCST statement (a simple statement line or a compound statement) at ``span``."""
+    from gradfix.fixer import FixError
+
+    for kind in (cst.SimpleStatementLine, cst.BaseCompoundStatement):
+        try:
+            return ctx.node_at(span, kind)
+        except FixError:
+            continue
+    raise FixError("the statement after the removed line moved")
 
 
 def raises_value_error(found: VariableCall) -> bool:
@@ -368,12 +385,11 @@ def report_rewrites(rule, facts, planned, exact: bool):
     statement that would assign batches to themselves once every wrapper in it goes (by
     whichever of GF401/GF402 runs) is removed instead."""
     plans = run_plans(facts, rule, exact)
-    removed = self_assignments(facts, plans)
-    kept = {c for c, s in self_assignments(facts, plans, keep_comments=False).items() if c not in removed}
+    removed, kept = self_assignments(facts, plans)
     for found, plan, message, *suffix in planned:
-        statement = removed.get(found.call)
-        if found.call in kept and plan.safety is FixSafety.SAFE:
-            # `x = x` cannot go without the comment or blank line above it: the exact alias
+        statement, heir = removed.get(found.call, (None, None))
+        if found.call in kept:
+            # `x = x` cannot go without the comment above it: the exact alias, never `x = x`
             plan = plan_rewrite(facts, found, exact=True)
         title = plan.title
         if statement is not None:
@@ -386,14 +402,22 @@ def report_rewrites(rule, facts, planned, exact: bool):
             message,
             fix=plan.safety,
             fix_title=title + "".join(suffix),
-            data=(plan.kind, found.import_module, facts.span(statement) if statement is not None else None),
+            data=(
+                plan.kind,
+                found.import_module,
+                facts.span(statement) if statement is not None else None,
+                facts.span(heir) if heir is not None else None,
+            ),
         )
 
 
-def self_assignments(facts, plans: dict[ast.Call, Rewrite], keep_comments: bool = True) -> dict[ast.Call, ast.Assign]:
+def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Call, tuple[ast.Assign, ast.stmt | None]], set[ast.Call]]:
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
-    once every wrapper in it is dropped: that statement goes instead. Only for a one-line
-    statement with no comment, and not for every statement of a block (it needs one)."""
+    once every wrapper in it is dropped: that statement goes instead, ``call -> (statement,
+    heir)``, where ``heir`` is the statement after it that keeps the blank lines above it
+    (None: there are none). Only for a one-line statement with no comment, and not for
+    every statement of a block (it needs one). Second: the calls of such statements that must
+    stay (a comment above them, or blank lines and no statement after them to carry those)."""
     found: dict[ast.Call, ast.Assign] = {}
     for call, plan in plans.items():
         stmt = facts.parents.get(call)
@@ -412,9 +436,6 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite], keep_comments: bool 
         text = facts.line_text(stmt.lineno)
         if stmt.lineno != stmt.end_lineno or "#" in text or text.strip() != facts.segment(stmt):
             continue
-        above = facts.line_text(stmt.lineno - 1).strip() if stmt.lineno > 1 else "x"
-        if keep_comments and (not above or above.startswith("#")) and not _opens_block(facts, stmt):
-            continue  # the comment or blank line above would go with it
         for _, v in pairs:
             found[v] = stmt
     # A block must keep a statement: where every statement of it would go, none goes.
@@ -423,6 +444,41 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite], keep_comments: bool 
         block = getattr(*where) if where else []
         if all(s in found.values() for s in block):
             found = {c: s for c, s in found.items() if s not in block}
+    # Blank lines above a removed statement move to the first statement after it that stays
+    # (one run of removed lines at a time); a comment above it says what the line does, so the
+    # line stays (as the exact alias), and so does one with no statement after it to take them.
+    going = set(found.values())
+    heirs: dict[ast.stmt, ast.stmt | None] = {}
+    for stmt in going:
+        above = _lines_above(facts, stmt)
+        if above is None:
+            heirs[stmt] = None
+            continue
+        if above == "comment":
+            continue
+        where = statement_block(facts, stmt)
+        block = getattr(*where) if where else []
+        i = block.index(stmt) + 1
+        while i < len(block) and block[i] in going and _lines_above(facts, block[i]) is None:
+            i += 1
+        heir = block[i] if i < len(block) else None
+        if heir is not None and heir not in going and not getattr(heir, "decorator_list", None):
+            heirs[stmt] = heir
+    removed = {c: (s, heirs[s]) for c, s in found.items() if s in heirs}
+    return removed, {c for c in found if c not in removed}
+
+
+def _lines_above(facts, stmt: ast.stmt) -> str | None:
+    """What stands between ``stmt`` and the line before it: ``"blank"`` lines only,
+    ``"comment"`` (with or without blank lines), or None (nothing, or its block's header)."""
+    if _opens_block(facts, stmt):
+        return None
+    found = None
+    line = stmt.lineno - 1
+    while line >= 1 and (not (text := facts.line_text(line).strip()) or text.startswith("#")):
+        if text.startswith("#"):
+            return "comment"
+        found, line = "blank", line - 1
     return found
 
 

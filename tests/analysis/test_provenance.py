@@ -87,8 +87,8 @@ def test_sole_holder(body, holder):
     assert sole_holder(facts, arg) is holder
 
 
-def _fix402(code: str) -> str:
-    settings = Settings(select=("GF402",), unsafe_fixes=False)
+def _fix402(code: str, unsafe_fixes: bool = False) -> str:
+    settings = Settings(select=("GF402",), unsafe_fixes=unsafe_fixes)
     src = textwrap.dedent(code).lstrip("\n")
     fixed = fix(src, "<test>", settings)
     compile(fixed, "<test>", "exec")
@@ -190,3 +190,46 @@ def test_gf402_a_self_assignment_under_a_comment_is_not_removed_with_its_comment
         """
     )
     assert fixed.endswith("\n# make variable\nim_data = im_data.detach()\nprint(im_data, im_info)\n"), fixed
+
+
+def test_gf402_a_self_assignment_under_a_blank_line_goes_and_the_blank_line_stays():
+    """round 5 (chenyuntc ch11): a blank line above `a = Variable(a)` used to leave `a = a`."""
+    fixed = _fix402(
+        """
+        from torch.autograd import Variable
+
+
+        def step(model, loader):
+            for data in loader:
+                a, b = data
+
+                a = Variable(a)
+                b = Variable(b)
+                model(a, b).backward()
+        """,
+        unsafe_fixes=True,
+    )
+    assert fixed.endswith("        a, b = data\n\n        model(a, b).backward()\n"), fixed
+
+
+def test_gf402_a_batch_self_assignment_that_must_stay_becomes_the_exact_alias_not_x_equals_x():
+    code = """
+        from torch.autograd import Variable
+
+
+        def step(model, loader):
+            for data in loader:
+                a, b = data
+                # wrap the batch
+                a = Variable(a)
+                model(a, b).backward()
+
+        def last(loader):
+            for x in loader:
+                print(x)
+
+                x = Variable(x)
+        """
+    fixed = _fix402(code, unsafe_fixes=True)
+    assert "        # wrap the batch\n        a = a.detach()\n" in fixed, fixed
+    assert fixed.endswith("        print(x)\n\n        x = x.detach()\n"), fixed
