@@ -81,6 +81,11 @@ def main() -> int:
     ap.add_argument("--copy", type=Path, required=True, help="where the copies go (not the corpus)")
     ap.add_argument("--pyflakes", default="/tmp/pf", help="PYTHONPATH holding pyflakes")
     args = ap.parse_args()
+    probe = subprocess.run([sys.executable, "-c", "import pyflakes"], capture_output=True,
+                           env=dict(os.environ, PYTHONPATH=args.pyflakes), check=False)
+    if probe.returncode:  # else every "undefined names" count would read 0 -> 0, checked or not
+        raise SystemExit(f"pyflakes cannot be imported from --pyflakes {args.pyflakes} "
+                         f"(pip install --target {args.pyflakes} pyflakes)")
     args.corpus = args.corpus or Path(os.environ.get("CORPUS", SAMPLES[args.sample][1]))
     corpus, copies = args.corpus.resolve(), args.copy.resolve()
     if copies == corpus or corpus in copies.parents:
