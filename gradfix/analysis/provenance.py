@@ -60,8 +60,10 @@ KEEPING_METHODS = frozenset(
 LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
 _LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
 
-FRESH, DATA, DETACHED, BATCH = "fresh", "data", "detached", "batch"
-PROVEN = frozenset({FRESH, DATA, DETACHED})  # surely needs no grad; BATCH is an assumption
+FRESH, DATA, DETACHED, COMPUTED, BATCH = "fresh", "data", "detached", "computed", "batch"
+PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED})  # surely needs no grad; BATCH is an assumption
+# Methods whose result may require grad whatever it is computed from.
+_GRAD_METHODS = frozenset("requires_grad_ retain_grad register_hook".split())
 
 
 @dataclass(frozen=True)
@@ -383,7 +385,12 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int) -> Ori
             return Origin(DETACHED)
         if isinstance(node, ast.Call) and facts.call_qualname(node) == VARIABLE:
             return _variable_result(facts, node, seen, depth)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in KEEPING_METHODS:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in KEEPING_METHODS
+            and not facts.qualname(node.func)  # a method, not `torch.transpose(..)`
+        ):
             if node.func.attr == "fill_" and not all(isinstance(a, ast.Constant) for a in node.args):
                 return None  # a tensor fill value may need grad
             node = node.func.value
@@ -401,7 +408,47 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int) -> Ori
     if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
         parts = [_origin(facts, e, seen, depth + 1) for e in node.elts]
         return _combine(parts)
-    return None
+    return _computed(facts, node, seen, depth)
+
+
+def _computed(facts, node: ast.AST, seen, depth) -> Origin | None:
+    """A value computed only from tensors that need no grad and constants needs no grad: an
+    operator (``fresh * 2``, ``a.data - b.data``), a ``torch.*`` function (``torch.atan2(a.data,
+    b.data)``, ``torch.transpose(fresh, 0, 1)``) or a tensor method (``h.data.sum(1)``) whose
+    every operand is one of those. Anything else (an operand gradfix cannot follow, a method that
+    may make its result require grad) is unknown."""
+    if isinstance(node, ast.BinOp):
+        operands = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        operands = [node.operand]
+    elif isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args) and all(
+        k.arg not in (None, "requires_grad", "out") for k in node.keywords
+    ):
+        func = node.func
+        qual = facts.qualname(func) or ""
+        if qual.rpartition(".")[0] == "torch":
+            operands = [*node.args, *(k.value for k in node.keywords)]
+        elif isinstance(func, ast.Attribute) and not qual and func.attr not in _GRAD_METHODS:
+            operands = [func.value, *node.args, *(k.value for k in node.keywords)]
+        else:
+            return None
+    else:
+        return None
+    parts = [None if _constant(o) else _origin(facts, o, seen, depth + 1) for o in operands]
+    tensors = [p for o, p in zip(operands, parts) if not _constant(o)]
+    if not tensors or any(p is None for p in tensors):
+        return None
+    batch = _combine(tensors)
+    return batch if batch.kind == BATCH else Origin(COMPUTED)
+
+
+def _constant(node: ast.AST) -> bool:
+    """A literal number, string, bool or None, or a tuple of those (a size, a dim)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    if isinstance(node, ast.Tuple):
+        return all(_constant(e) for e in node.elts)
+    return isinstance(node, ast.Constant) and not isinstance(node.value, bytes)
 
 
 def _variable_result(facts, call: ast.Call, seen, depth) -> Origin | None:

@@ -19,7 +19,7 @@ from typing import Iterator
 
 from gradfix.lazy import cst
 
-from gradfix.analysis.provenance import BATCH, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
+from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
 from gradfix.analysis.statements import statement_block
 from gradfix.model import FixSafety
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
@@ -43,7 +43,12 @@ class VariableCall:
     import_module: str | None
 
 # -- what an expert writes instead ----------------------------------------------------------------
-_EVIDENCE = {FRESH: "a fresh tensor", DATA: "a tensor's `.data`", DETACHED: "a detached tensor"}
+_EVIDENCE = {
+    FRESH: "a fresh tensor",
+    DATA: "a tensor's `.data`",
+    DETACHED: "a detached tensor",
+    COMPUTED: "a tensor computed from grad-free tensors",
+}
 
 
 @dataclass(frozen=True)

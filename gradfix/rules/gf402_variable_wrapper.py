@@ -51,7 +51,9 @@ class VariableWrapper(Rule):
     The fix writes what the call means today, in the form an expert writes:
     - the argument surely needs no grad (a fresh tensor from `torch.zeros/ones/empty/full/
       rand/randn/arange/tensor/from_numpy/...`, `torch.FloatTensor(...)`, `t.new(...)`,
-      `t.new_zeros(...)`, a `.data`, or `.cuda()/.to()/.float()/.view()/...` on one of those):
+      `t.new_zeros(...)`, a `.data`, `.cuda()/.to()/.float()/.view()/...` on one of those, or
+      a value computed only from those and constants: an operator, a `torch.*` function or a
+      tensor method other than `requires_grad_()`, as in `torch.atan2(a.data, b.data) * 2`):
       safe, the wrapper goes. Only the object identity differs, and nothing else can hold
       the fresh object;
     - `Variable(h.data)`: safe, `h.detach()` (same storage, no graph, as before);
@@ -71,7 +73,8 @@ class VariableWrapper(Rule):
       directly or through assignments (`inputs, labels = batch`, `data = data.cuda()`):
       **unsafe**, the wrapper goes on the assumption that the batch needs no grad (a custom
       collate could hand out tensors that do); a line that would then read `data, target =
-      data, target` is removed (one-line, without comments, not alone in its block);
+      data, target` is removed (one-line, without a comment above it, not alone in its
+      block; blank lines above it stay), and one that must stay becomes `data = data.detach()`;
     - anything else: safe, `x.detach()` (`x.detach().requires_grad_(flag)`), exactly what
       `Variable` returns today. Non-atomic arguments are parenthesized.
     With `style = "exact"` (option of GF402) every call becomes `x.detach()`
@@ -162,6 +165,22 @@ class VariableWrapper(Rule):
             import torch
 
             x = batch.detach().cuda()  # to GPU
+            """,
+        ),
+        # Computed only from grad-free tensors and constants: nothing to detach.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def angle(a, b):
+                return Variable(torch.atan2(a.data, b.data) * 2)
+            """,
+            """
+            import torch
+
+            def angle(a, b):
+                return torch.atan2(a.data, b.data) * 2
             """,
         ),
         # Detached at once: the wrapper goes, one `.detach()` is enough.

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from gradfix import Settings, fix
-from gradfix.analysis.provenance import BATCH, DATA, DETACHED, FRESH, origin, sole_holder
+from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, origin, sole_holder
 from gradfix.facts import build_facts
 
 
@@ -50,6 +50,23 @@ HEADER = "import torch\nfrom torch.autograd import Variable\n"
         ("self.h = torch.zeros(3)\ny = Variable(self.h)", None),  # attribute targets are not followed
         ("if (x := torch.zeros(3)) is not None:\n    y = Variable(x)", FRESH),
         ("x = torch.zeros(3, requires_grad=True)\ny = Variable(x)", None),
+        # computed only from grad-free tensors and constants (round 5: ShusenTang, tacotron2)
+        ("y = Variable(torch.LongTensor([1, 2]) * 2)", COMPUTED),
+        ("y = Variable(-h.data + 1.0)", COMPUTED),
+        ("y = Variable(torch.atan2(h.data, h.data))", COMPUTED),
+        ("y = Variable(torch.transpose(torch.zeros(2, 3), 0, 1))", COMPUTED),
+        ("y = Variable(torch.cat([h.data, torch.ones(2)], dim=0))", COMPUTED),
+        ("y = Variable(h.data.sum(1, keepdim=True))", COMPUTED),
+        ("x = torch.zeros(3)\nx2 = x * 3\ny = Variable(x2)", COMPUTED),
+        ("y = Variable(torch.zeros(2) * w)", None),  # an operand gradfix cannot follow
+        ("y = Variable(h.data + w)", None),
+        ("y = Variable(torch.transpose(w, 0, 1))", None),
+        ("y = Variable(h.data.add(w))", None),
+        ("y = Variable(h.data.requires_grad_())", None),  # may require grad afterwards
+        ("y = Variable(torch.mul(h.data, 2, out=w))", None),
+        ("y = Variable(torch.nn.functional.relu(h.data))", None),  # only `torch.*` itself
+        ("y = Variable(torch.cat(parts))", None),
+        ("for data, target in train_loader:\n    y = Variable(data * 2)", BATCH),
     ],
 )
 def test_origin_follows_reaching_assignments(body, kind):

@@ -199,6 +199,22 @@ def test_keeping_methods_on_a_fresh_tensor_need_no_grad():
         assert t.requires_grad is False and t.grad_fn is None
 
 
+def test_values_computed_from_grad_free_tensors_need_no_grad_in_any_grad_mode():
+    """analysis/provenance.py: an operator, a `torch.*` function or a tensor method whose
+    operands are all grad-free tensors or constants gives a grad-free tensor, even where grad
+    is enabled (so `Variable(<such a value>)` can become the value itself)."""
+    _, h = _graph_tensor()
+    with torch.enable_grad():
+        fresh = torch.zeros(2, 3)
+        for t in (
+            torch.LongTensor([1, 2]) * 2, -h.data + 1.0, torch.atan2(h.data, h.data), torch.transpose(fresh, 0, 1),
+            torch.cat([h.data.view(-1), torch.ones(2)], dim=0), h.data.sum(0, keepdim=True), fresh * 3, fresh @ fresh.t(),
+        ):
+            assert t.requires_grad is False and t.grad_fn is None
+        # ...but one operand that requires grad, or `requires_grad_()`, and it does
+        assert (fresh + h).requires_grad and h.data.clone().requires_grad_().requires_grad
+
+
 def test_data_is_grad_free_even_on_a_graph_tensor():
     leaf, x = _graph_tensor()
     for t in (leaf.data, x.data, x.data.float(), x.data.view(-1)):
