@@ -436,3 +436,18 @@ def test_corpus_runner_fails_on_a_broken_rule(corpus_check, tmp_path, capsys, mo
 )
 def test_removing_the_first_import_leaves_no_leading_blank_lines(before, after):
     assert fix(before) == after
+
+
+def test_statements_moved_into_a_new_block_keep_their_blank_lines_blank():
+    """Round 4 and 5: module-level statements wrapped in `with torch.no_grad():` gained a
+    whitespace-only line where a blank line was (LibCST writes a top-level blank line with
+    the indentation of the block it ends up in)."""
+    from gradfix import Settings, fix
+
+    code = (
+        "import torch\nm = torch.nn.Linear(2, 2)\nif m.bias is not None:\n    m.weight.data.add_(1)\n\n"
+        "    m.bias.data.add_(1)\nm.weight.data.add_(1)\n\nm.bias.data.zero_()\n"
+    )
+    fixed = fix(code, "a.py", Settings(select=("GF304",), unsafe_fixes=True))
+    assert fixed.startswith("import torch\nm = torch.nn.Linear(2, 2)\nwith torch.no_grad():\n"), fixed
+    assert "\n\n" in fixed and not any(line.strip() == "" and line for line in fixed.split("\n")), fixed

@@ -153,12 +153,25 @@ def wrap_in_no_grad(
     from gradfix.fixer import Edit
 
     stmts = [ctx.node_at(span, cst.BaseStatement) for span in spans]
-    body = [transform(s) if transform else s for s in stmts]
+    body = [indented_deeper(transform(s) if transform else s) for s in stmts]
     leading = stmts[0].leading_lines
     body[0] = body[0].with_changes(leading_lines=())
     header = ctx.statement(f"with {ctx.torch_name()}.no_grad():\n    pass\n")
     wrapper = header.with_changes(body=header.body.with_changes(body=body), leading_lines=leading)
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
+
+
+def indented_deeper(stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """``stmt`` ready to move into a block one level deeper: its blank lines stay blank. (LibCST
+    writes a blank line of the module's top level with the indentation of the block it is in,
+    so a moved statement would otherwise get whitespace-only lines.)"""
+    class BlankLinesStayBlank(cst.CSTTransformer):  # defined here: report mode never loads LibCST
+        def leave_EmptyLine(self, original_node, updated_node):
+            if updated_node.indent and updated_node.comment is None and not updated_node.whitespace.value:
+                return updated_node.with_changes(indent=False)
+            return updated_node
+
+    return stmt.visit(BlankLinesStayBlank())
 
 
 def body_without_docstring(func) -> list[ast.stmt]:
