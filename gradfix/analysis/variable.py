@@ -422,7 +422,8 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
     heir)``, where ``heir`` is the statement after it that keeps the blank lines above it
     (None: there are none). Only for a one-line statement with no comment, and not for
     every statement of a block (it needs one). Second: the calls of such statements that must
-    stay (a comment above them, or blank lines and no statement after them to carry those)."""
+    stay (a comment above them, blank lines and no statement after them to carry those, or a
+    block they would leave empty): they become the exact alias, never ``x = x``."""
     found: dict[ast.Call, ast.Assign] = {}
     for call, plan in plans.items():
         stmt = facts.parents.get(call)
@@ -443,6 +444,7 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
             continue
         for _, v in pairs:
             found[v] = stmt
+    candidates = set(found)
     # A block must keep a statement: where every statement of it would go, none goes.
     for stmt in set(found.values()):
         where = statement_block(facts, stmt)
@@ -470,7 +472,7 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         if heir is not None and heir not in going and not getattr(heir, "decorator_list", None):
             heirs[stmt] = heir
     removed = {c: (s, heirs[s]) for c, s in found.items() if s in heirs}
-    return removed, {c for c in found if c not in removed}
+    return removed, candidates - set(removed)
 
 
 def _lines_above(facts, stmt: ast.stmt) -> str | None:

@@ -365,7 +365,8 @@ class VariableWrapper(Rule):
                     model(inputs.cuda()).sum().backward()
             """,
         ),
-        # A block keeps a statement: where every line would go, none goes.
+        # A block keeps a statement: where every line would go, none goes, and none reads
+        # `data = data`: the exact alias stays.
         Invalid(
             """
             from torch.autograd import Variable
@@ -377,8 +378,8 @@ class VariableWrapper(Rule):
             """
             def f(val_loader):
                 for data, target in val_loader:
-                    data = data
-                    target = target
+                    data = data.detach()
+                    target = target.detach()
             """,
             count=2,
         ),

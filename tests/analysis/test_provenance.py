@@ -231,6 +231,7 @@ def test_gf402_a_self_assignment_under_a_blank_line_goes_and_the_blank_line_stay
 
 def test_gf402_a_batch_self_assignment_that_must_stay_becomes_the_exact_alias_not_x_equals_x():
     code = """
+        import torch
         from torch.autograd import Variable
 
 
@@ -246,7 +247,14 @@ def test_gf402_a_batch_self_assignment_that_must_stay_becomes_the_exact_alias_no
                 print(x)
 
                 x = Variable(x)
+
+        a = torch.zeros(3)
+        b = torch.ones(3)
+        with torch.no_grad():
+            a = Variable(a)
+            b = Variable(b)
         """
     fixed = _fix402(code, unsafe_fixes=True)
+    assert fixed.endswith("with torch.no_grad():\n    a = a.detach()\n    b = b.detach()\n"), fixed  # the block keeps them
     assert "        # wrap the batch\n        a = a.detach()\n" in fixed, fixed
-    assert fixed.endswith("        print(x)\n\n        x = x.detach()\n"), fixed
+    assert "        print(x)\n\n        x = x.detach()\n" in fixed, fixed
