@@ -224,8 +224,8 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
 def records_no_graph(facts, stmt: ast.stmt) -> bool:
     """A simple statement that may run under ``no_grad`` with the same effect: ``pass``,
     ``continue``, ``break``, logging (:func:`is_neutral_statement`), a ``torch.nn.init``
-    call (they run under ``no_grad`` themselves), an ``assert`` or an
-    assignment to plain names of a :func:`computes_no_graph` value (``classname =
+    call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``, or
+    an assignment to plain names of a :func:`computes_no_graph` value (``classname =
     m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``)."""
     if isinstance(stmt, (ast.Pass, ast.Continue, ast.Break)) or is_neutral_statement(facts, stmt):
         return True
@@ -238,9 +238,22 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         return computes_no_graph(facts, stmt.test) and computes_no_graph(facts, stmt.msg)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        if _sets_requires_grad(facts, targets, stmt.value):
+            return True
         plain = all(isinstance(n, ast.Name) for t in targets for n in _target_leaves(t))
         return plain and computes_no_graph(facts, stmt.value)
     return False
+
+
+def _sets_requires_grad(facts, targets, value) -> bool:
+    """``p.requires_grad = False`` (a literal flag): a flag on the tensor, not an operation
+    autograd records, so it has the same effect under ``no_grad`` (pinned in
+    tests/facts/test_gf304_facts.py)."""
+    return (
+        isinstance(value, ast.Constant)
+        and isinstance(value.value, bool)
+        and all(isinstance(t, ast.Attribute) and t.attr == "requires_grad" and computes_no_graph(facts, t.value) for t in targets)
+    )
 
 
 def header_records_no_graph(facts, stmt: ast.stmt) -> bool:

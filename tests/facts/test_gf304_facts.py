@@ -151,3 +151,23 @@ def test_a_key_the_items_loop_does_not_bind_still_indexes_a_tensor():
     [finding] = check(code, settings=Settings(select=("GF304",)))
     assert (finding.span.line, finding.span.col) == (7, 8)
     assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"
+
+
+def test_setting_requires_grad_is_the_same_under_no_grad_so_the_loop_is_wrapped_whole():
+    """analysis/regions.records_no_graph: `p.requires_grad = False` may move under `no_grad`
+    with the copy beside it (the momentum-encoder loop: `pk.data.copy_(pq.data)` then
+    `pk.requires_grad = False`), so the fix wraps the loop, not each copy."""
+    q, k = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        for pq, pk in zip(q.parameters(), k.parameters()):
+            pk.copy_(pq)
+            pk.requires_grad = False
+    assert all(not p.requires_grad and p.is_leaf and torch.equal(p, r) for p, r in zip(k.parameters(), q.parameters()))
+    from gradfix import Settings, fix
+
+    code = (
+        "def init(q, k, x):\n    for pq, pk in zip(q.parameters(), k.parameters()):\n        pk.data.copy_(pq.data)\n"
+        "        pk.requires_grad = False\n    return k(x)\n"
+    )
+    fixed = fix(code, "a.py", Settings(select=("GF304",), unsafe_fixes=True))
+    assert "    with torch.no_grad():\n        for pq, pk in zip(q.parameters(), k.parameters()):\n            pk.copy_(pq)\n" in fixed, fixed
