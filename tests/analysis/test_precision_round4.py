@@ -96,3 +96,42 @@ def test_a_module_level_toggle_in_an_importable_module_is_still_reported():
     # a `__main__` guard says the file is imported too, whatever else its top level runs
     guarded = SCRIPT + "\nif __name__ == '__main__':\n    print('done')\n"
     assert [f.code for f in check(guarded, settings=Settings(select=("GF201",)))] == ["GF201"]
+
+
+# A memory benchmark pasted together with its fix: `step` trains, then a redefinition under
+# no_grad only runs the forward. Nothing can run the first `step` (main's call, made when main
+# runs, sees the second, like any later caller), so it trains nothing and is no evidence that
+# `model` is in train mode where the second runs it.
+REDEFINED = """\
+import torch
+
+
+def step(model, n):
+    out = model(torch.randn(n, 8))
+    out.sum().backward()
+    model.zero_grad()
+
+
+def main(model):
+    for n in (2, 4, 8):
+        step(model, n)
+
+
+@torch.no_grad()
+def step(model, n):
+    out = model(torch.randn(n, 8))
+    total = out.sum()
+"""
+
+
+def test_a_redefined_function_is_not_the_one_its_callers_run():
+    assert check(REDEFINED, settings=Settings(select=("GF104",))) == []
+
+
+def test_the_first_definition_counts_while_a_call_can_see_it():
+    # called at module level before the redefinition: the training def runs, `model` is trained
+    live = REDEFINED.replace("\n\n@torch.no_grad()", "\nstep(net, 1)\n\n\n@torch.no_grad()")
+    found = check(live, settings=Settings(select=("GF104",)))
+    assert [(f.code, f.line) for f in found] == [("GF104", 19)]
+    assert "trained at line 5" in found[0].message
+
