@@ -108,8 +108,10 @@ class GlobalGradToggle(Rule):
 
     Module-level toggles that end with `set_grad_enabled(True)` (the module hands the default
     mode back) and those of a notebook or of a standalone script (nothing imports it; its top
-    level is the program: a top-level loop or `with`, or a call of a function or class the file
-    defines, and no `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
+    level is the program: a top-level loop or `with`, a call of a function or class the file
+    defines, or, in a file that defines neither, a call made for its effect such as `print(...)`
+    (torch's own configuration calls, `torch.manual_seed(0)`, do not count), and no
+    `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
     `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its

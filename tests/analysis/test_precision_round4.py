@@ -135,3 +135,40 @@ def test_the_first_definition_counts_while_a_call_can_see_it():
     assert [(f.code, f.line) for f in found] == [("GF104", 19)]
     assert "trained at line 5" in found[0].message
 
+
+# A benchmark that defines nothing: grad off at the top, then it prints its measurements. There
+# is nothing to import from it but its variables; it runs as a program.
+PRINTING_SCRIPT = """\
+import torch as T
+from timeit import timeit
+
+T.set_grad_enabled(False)  # benchmark only
+print('threads:', T.get_num_threads())
+x = T.rand(128)
+print('multinomial:', timeit(lambda: T.multinomial(x, 1), number=100))
+"""
+
+
+def _gf201(source: str) -> list[str]:
+    return [f.code for f in check(source, settings=Settings(select=("GF201",)))]
+
+
+def test_a_toggle_atop_a_file_that_only_runs_and_prints_is_the_scripts_setting():
+    assert _gf201(PRINTING_SCRIPT) == []
+    assert _gf201(PRINTING_SCRIPT.replace("\n", "\r\n")) == []
+    assert _gf201(PRINTING_SCRIPT.replace("print('threads:', T.get_num_threads())\n", "")) == []
+
+
+def test_a_toggle_in_a_module_others_import_is_still_reported():
+    # a settings module: constants and torch's own configuration, imported for its effect
+    settings = "import torch\ntorch.manual_seed(0)\ntorch.set_grad_enabled(False)\ntorch.set_num_threads(4)\nLR = 0.1\n"
+    assert _gf201(settings) == ["GF201"]
+    assert _gf201("import torch\ntorch.set_grad_enabled(False)\nSIZES = [torch.Size([2, 3])]\n") == ["GF201"]
+    # a file with definitions is importable for them, whatever it prints
+    library = PRINTING_SCRIPT + "\n\ndef sample(n):\n    return T.rand(n)\n"
+    assert _gf201(library) == ["GF201"]
+    demo_class = PRINTING_SCRIPT + "\n\nclass Probe:\n    pass\n"
+    assert _gf201(demo_class) == ["GF201"]
+    # a `__main__` guard says the file is imported too
+    guarded = PRINTING_SCRIPT + "\nif __name__ == '__main__':\n    print('done')\n"
+    assert _gf201(guarded) == ["GF201"]
