@@ -10,7 +10,9 @@ ReachingDefinitions` follows ``def``/``class`` statements like assignments):
   branches both may reach;
 - a read inside a function body happens when the function is called, normally after the module
   has finished executing: it sees what is bound at the end of the module (of a def redefined
-  later at module level, the last one). A function's own local binding wins (a nested ``def``);
+  later at module level, the last one), and also what is bound where a module-level statement
+  calls a def of the file (``main()`` before a redefinition runs its code with the first one).
+  A function's own local binding wins (a nested ``def``);
 - ``self.f(...)`` runs the method ``f`` of the caller's class (the last one its body binds);
   ``obj.f(...)`` on anything else may run a method ``f`` of any class of the file, or something
   else.
@@ -112,7 +114,13 @@ def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
     if not scopes and name in flow.bound:
         found = _binding(flow.bound[name])
     elif scopes and flow.exit is not None:
-        found = _binding(flow.exit.get(name.id, frozenset({UNKNOWN})))
+        # what the module leaves bound, and what is bound wherever a module-level statement
+        # calls a def of the file (whose code may run this function then); unbound there, the
+        # call could not have run
+        definitions = set(flow.exit.get(name.id, frozenset({UNKNOWN})))
+        for entry in flow.entries:
+            definitions.update(entry.get(name.id, ()))
+        found = _binding(frozenset(definitions))
     else:  # a class body, a comprehension: any of the module's bindings
         found = _local_bindings(facts, None, name.id)
     if name.id in _declared_global(facts):

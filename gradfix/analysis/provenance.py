@@ -106,6 +106,9 @@ class ReachingDefinitions:
         # only what the name holds, not whether the object changed), and the state at the end.
         self.bound: dict[ast.Name, frozenset[Definition]] = {}
         self.exit: dict[str, frozenset[Definition]] | None = None
+        # At module level, the states in which a statement calls a def of the file: the code of
+        # that def (and of what it calls) runs then, before the module's end.
+        self.entries: list[dict] = []
         self.previous_reads: dict[ast.Name, frozenset[ast.Name]] = {}
         self.augmented: dict[ast.AugAssign, frozenset[Definition]] = {}
         self._loops: list[tuple[list, list]] = []
@@ -121,6 +124,8 @@ class ReachingDefinitions:
         for stmt in body:
             if state is None:
                 return None  # unreachable after return/raise/break/continue
+            if self.func is None and _calls_a_def(stmt, state):
+                self.entries.append({name: defs for name, (defs, _) in state.items()})
             state = self._statement(stmt, state)
         return state
 
@@ -308,6 +313,20 @@ def _evaluated(node: ast.AST) -> list[ast.AST]:
             continue
         todo.extend(reversed(list(ast.iter_child_nodes(current))))
     return sorted(out, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+
+def _calls_a_def(stmt: ast.stmt, state) -> bool:
+    """``stmt`` itself (not the statements in its body) calls a name bound to a ``def``."""
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if node is not stmt and isinstance(node, (ast.stmt, *_SCOPES)):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in state:
+            if any(d.kind == "def" and not isinstance(d.node, ast.ClassDef) for d in state[node.func.id][0]):
+                return True
+        todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _join(states: Iterable):

@@ -229,3 +229,36 @@ def test_aliases_and_odd_formatting_follow_the_binding():
     g = build_facts("def f(x):\n    return x\ng = f\ng(1)\n")
     (alias_call,) = g.calls
     assert callees(g, alias_call).defs == ()  # an assignment: not followed to the def
+
+
+def test_a_function_run_from_module_level_before_a_redefinition_sees_the_first_def():
+    facts = _facts(
+        """
+        def step(x):          # line 2
+            return x
+        def run():
+            return step(1)
+        if __name__ == "__main__":
+            run()             # run's code runs now, with the first `step`
+        def step(x):          # line 8
+            return -x
+        """
+    )
+    (call,) = _calls(facts, "step")
+    assert _lines(callees(facts, call)) == [2, 8] and callee(facts, call) is None
+    first = next(f for f in facts.functions if f.name == "step" and f.lineno == 2)
+    assert not dead(facts, first) and callers(facts, first) == [call]
+
+
+def test_a_name_still_unbound_where_the_module_calls_a_def_adds_nothing():
+    facts = _facts(
+        """
+        def run():
+            return helper(1)
+        run()                 # would raise NameError: no path runs `helper` from here
+        def helper(x):        # line 5
+            return x
+        """
+    )
+    (call,) = _calls(facts, "helper")
+    assert callee(facts, call).lineno == 5

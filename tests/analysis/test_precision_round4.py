@@ -99,9 +99,9 @@ def test_a_module_level_toggle_in_an_importable_module_is_still_reported():
 
 
 # A memory benchmark pasted together with its fix: `step` trains, then a redefinition under
-# no_grad only runs the forward. Nothing can run the first `step` (main's call, made when main
-# runs, sees the second, like any later caller), so it trains nothing and is no evidence that
-# `model` is in train mode where the second runs it.
+# no_grad only runs the forward. Nothing can run the first `step` (nothing at module level runs
+# main before the redefinition, so main's call sees the second, like any later caller): it
+# trains nothing and is no evidence that `model` is in train mode where the second runs it.
 REDEFINED = """\
 import torch
 
