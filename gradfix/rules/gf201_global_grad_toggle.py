@@ -16,6 +16,7 @@ from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
 
 _CONDITIONAL_PARENTS = (ast.If, ast.ExceptHandler, ast.match_case)
+_HAND_MADE = "the function sets the mode by hand in `except`/`finally`"
 # Decorators a grad decorator can safely sit under (it goes innermost, next to ``def``).
 _PLAIN_DECORATORS = {"staticmethod", "classmethod"}
 _HAND_MADE_CONTEXT_METHODS = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
@@ -635,10 +636,11 @@ class GlobalGradToggle(Rule):
                 reason = "the mode it sets reaches code after its nested block"
         if reason is not None:
             for t in toggles:
+                message = _hand_made_message(facts, func, t) if reason == _HAND_MADE else None
                 yield self.report(
                     facts,
                     t.stmt,
-                    f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller (not fixed: {reason})",
+                    message or f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller (not fixed: {reason})",
                     fix=False,
                 )
             return
@@ -660,9 +662,11 @@ class GlobalGradToggle(Rule):
                 target = f"`@{scoped}` on `{func.name}`"
             else:
                 target = f"`with {scoped}:`"
-            between = f" … `{facts.segment(closer.call)}` (line {closer.stmt.lineno})" if closer else ""
             if closer:
-                message = f"bare `{facts.segment(opener.call)}`{between}: the closing toggle forces a mode the caller may not have"
+                message = (
+                    f"bare `{facts.segment(opener.call)}` … line {closer.stmt.lineno}: "
+                    f"the closer forces {_mode_phrase(facts, closer)}, whatever mode the caller had"
+                )
             else:
                 message = f"bare `{facts.segment(opener.call)}` toggles the global grad mode: the mode leaks to the caller"
             plan = _FixPlan(
@@ -783,12 +787,7 @@ def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
     """"silent", a reason to report without a fix, or None (fixable)."""
     if func.name in _HAND_MADE_CONTEXT_METHODS:
         return "silent"  # a context manager's enter/exit sets the mode on purpose
-    toggles = []
-    for stmt in facts.statements(func):
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            toggle = bare_toggle(facts, stmt.value)
-            if toggle is not None:
-                toggles.append(toggle)
+    toggles = _function_toggles(facts, func)
     saved_modes = saved_mode_names(facts)
     for t in toggles:
         if dotted_name(t.arg) in saved_modes:
@@ -797,15 +796,58 @@ def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
         return "in an `async def` the mode would be scoped across `await`s differently"
     if func in generators:
         return "in a generator a `with` or decorator scopes the mode differently across `yield`s"
-    for t in toggles:
-        node, parent = t.stmt, facts.parents.get(t.stmt)
-        while parent is not None and parent is not func:
-            if isinstance(parent, ast.ExceptHandler) or (
-                isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node in parent.finalbody
-            ):
-                return "the function restores the mode by hand in `except`/`finally`"
-            node, parent = parent, facts.parents.get(parent)
+    if any(_handler_of(facts, func, t.stmt) for t in toggles):
+        return _HAND_MADE
     return None
+
+
+def _handler_of(facts: FileFacts, func, stmt: ast.stmt) -> str | None:
+    """``"finally"`` / ``"except"`` when ``stmt`` runs in one of ``func``'s, else None."""
+    node, parent = stmt, facts.parents.get(stmt)
+    while parent is not None and parent is not func:
+        if isinstance(parent, ast.ExceptHandler):
+            return "except"
+        if isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node in parent.finalbody:
+            return "finally"
+        node, parent = parent, facts.parents.get(parent)
+    return None
+
+
+def _hand_made_message(facts: FileFacts, func, t: Toggle) -> str | None:
+    """What a toggle of a function that sets the mode in `finally`/`except` does, exactly: the
+    last one, in a handler, hands the caller its mode; one that such a toggle follows directly
+    holds until it. None for the others (the plain message)."""
+    text = facts.segment(t.call)
+    where = _handler_of(facts, func, t.stmt)
+    toggles = _function_toggles(facts, func)
+    later = [h for h in toggles if (h.stmt.lineno, h.stmt.col_offset) > (t.stmt.lineno, t.stmt.col_offset)]
+    if where is not None and not later:
+        after = "" if where == "finally" else " after an error"
+        return f"`{text}` in `{where}` hands the caller {_mode_phrase(facts, t)}{after}, whatever mode it had (not fixed)"
+    if where is not None or not later or not _handler_of(facts, func, later[0].stmt):
+        return None  # something else sets the mode after it: the plain reason
+    h = later[0]
+    mode = _mode_phrase(facts, h)
+    if _handler_of(facts, func, h.stmt) == "finally":
+        return f"bare `{text}` … `finally` (line {h.stmt.lineno}): the caller always gets {mode}, whatever it had (not fixed)"
+    return f"bare `{text}` leaks to the caller; on an error `except` (line {h.stmt.lineno}) sets {mode} (not fixed)"
+
+
+def _mode_phrase(facts: FileFacts, t: Toggle) -> str:
+    if t.mode is None:
+        return f"the mode `{facts.segment(t.arg)}`"
+    return "grad on" if t.mode else "grad off"
+
+
+def _function_toggles(facts: FileFacts, func) -> list[Toggle]:
+    """``func``'s own bare toggles, in source order."""
+    out = []
+    for stmt in facts.statements(func):
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            toggle = bare_toggle(facts, stmt.value)
+            if toggle is not None:
+                out.append(toggle)
+    return sorted(out, key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
 
 
 def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:

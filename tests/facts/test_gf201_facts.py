@@ -199,14 +199,42 @@ def test_a_mode_restored_in_finally_is_not_rewritten():
         "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    try:\n        return model(x)\n    finally:\n"
         "        torch.set_grad_enabled(True)\n"
     )
-    why = "(not fixed: the function restores the mode by hand in `except`/`finally`)"
+    # The literal in `finally` forces grad on: the caller gets it whatever mode it had.
     assert _gf201(code) == (
         [
-            (3, 4, f"bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller {why}", None),
-            (7, 8, f"bare `torch.set_grad_enabled(True)` leaks the global grad mode to the caller {why}", None),
+            (3, 4, "bare `torch.set_grad_enabled(False)` … `finally` (line 7): the caller always gets grad on, whatever it had (not fixed)", None),
+            (7, 8, "`torch.set_grad_enabled(True)` in `finally` hands the caller grad on, whatever mode it had (not fixed)", None),
         ],
         code,
     )
+
+
+def test_a_mode_forced_in_except_is_not_rewritten_and_says_when_it_runs():
+    code = (
+        "import torch as T\ndef f(model, x):\n    T.set_grad_enabled(False)\n    try:\n        out = model(x)\n"
+        "    except RuntimeError:\n        T.set_grad_enabled(True)\n        raise\n    return out\n"
+    )
+    assert _gf201(code) == (
+        [
+            (3, 4, "bare `T.set_grad_enabled(False)` leaks to the caller; on an error `except` (line 7) sets grad on (not fixed)", None),
+            (7, 8, "`T.set_grad_enabled(True)` in `except` hands the caller grad on after an error, whatever mode it had (not fixed)", None),
+        ],
+        code,
+    )
+
+
+def test_a_toggle_after_the_hand_made_restore_keeps_the_plain_reason():
+    code = (
+        "import torch\ndef f(model, x, flag):\n    try:\n        out = model(x)\n    finally:\n        torch.set_grad_enabled(flag)\n"
+        "    torch.set_grad_enabled(False)\n    return out\n"
+    )
+    found, fixed = _gf201(code)
+    why = "(not fixed: the function sets the mode by hand in `except`/`finally`)"
+    assert [m for _, _, m, _ in found] == [
+        f"bare `torch.set_grad_enabled(flag)` leaks the global grad mode to the caller {why}",
+        f"bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller {why}",
+    ]
+    assert fixed == code
 
 
 def test_a_mode_restored_in_the_finally_of_try_except_star_is_not_rewritten():
@@ -216,11 +244,16 @@ def test_a_mode_restored_in_the_finally_of_try_except_star_is_not_rewritten():
     )
     found, fixed = _gf201(code)
     assert [(line, col, title) for line, col, _, title in found] == [(3, 4, None), (9, 8, None)]
-    assert all(m.endswith("(not fixed: the function restores the mode by hand in `except`/`finally`)") for _, _, m, _ in found)
+    assert [m for _, _, m, _ in found] == [
+        "bare `torch.set_grad_enabled(False)` … `finally` (line 9): the caller always gets grad on, whatever it had (not fixed)",
+        "`torch.set_grad_enabled(True)` in `finally` hands the caller grad on, whatever mode it had (not fixed)",
+    ]
     assert fixed == code
 
 
-_PAIR = "the closing toggle forces a mode the caller may not have"
+def _pair(mode: str, end: int) -> str:
+    forced = {"True": "grad on", "False": "grad off"}.get(mode, f"the mode `{mode}`")
+    return f"bare `torch.set_grad_enabled(False)` … line {end}: the closer forces {forced}, whatever mode the caller had"
 
 
 @pytest.mark.parametrize(
@@ -260,7 +293,7 @@ def test_paired_toggles_become_with_blocks(code, closers, fixed):
     assert found == [
         (
             line, 4,
-            f"bare `torch.set_grad_enabled(False)` … `torch.set_grad_enabled({mode})` (line {end}): {_PAIR}",
+            _pair(mode, end),
             "Use `with torch.no_grad():`",
         )
         for line, mode, end in closers
