@@ -24,6 +24,7 @@ bound) never runs: :func:`dead`.
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass
 
 from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions
@@ -31,6 +32,7 @@ from gradfix.analysis.vocabulary import owner_class
 from gradfix.facts import FileFacts
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_BUILTINS = frozenset(dir(builtins))
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,19 @@ def dead(facts: FileFacts, func) -> bool:
     the name can see and that the module does not leave bound (``def f`` … ``def f`` again,
     the first never called in between)."""
     return func in facts.memo(("calls.dead",), lambda: _dead(facts))
+
+
+def unbound(facts: FileFacts, name: ast.Name) -> bool:
+    """The module-level read ``name`` raises NameError: no path to it binds the name (no
+    assignment, import, def, loop or ``with`` target before it), it is no builtin, no function
+    declares it ``global`` and no ``from m import *`` could bind it."""
+    if facts.function_of.get(name) is not None or name.id in _BUILTINS or name.id in _declared_global(facts):
+        return False
+    if facts.memo(("calls.star_import",), lambda: any(
+        isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(facts.tree)
+    )):
+        return False
+    return name in reaching_definitions(facts, None).unbound
 
 
 # -- implementation ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gradfix.analysis.calls import callees, callers, dead
+from gradfix.analysis.calls import callee, callees, callers, dead, unbound
 from gradfix.analysis.flow import ForwardFlow, innermost_statement
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, strip_moves
@@ -778,8 +778,10 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
     at ``at``, from the bindings of that name that ``at`` can see: ``model = Net()`` with
     ``Net`` defined here or anywhere in the project, ``nn.Sequential(...)``, a model-zoo
     factory, a wrapper of another module (``DataParallel(net)``, ``accelerator.prepare(...)``,
-    ``privacy_engine.make_private(module=net, ...)``), and for a parameter the arguments the
-    file's calls pass. A name with no visible binding is unknown."""
+    ``privacy_engine.make_private(module=net, ...)``, a file function that hands back the module
+    it is given: ``def wrap(m): return DataParallel(m)``), and for a parameter the arguments the
+    calls that may run the function pass (a call whose argument nothing binds raises NameError
+    and passes nothing). A name with no visible binding is unknown."""
     key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at))
     return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset()))
 
@@ -818,6 +820,8 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
         for call in callers(facts, scope):
             if facts.function_of.get(call) is not scope:
                 arg = _argument_for(scope, call, module)
+                if isinstance(arg, ast.Name) and unbound(facts, arg):
+                    continue  # `f(model)` where nothing binds `model`: NameError, it runs nothing
                 name = dotted_name(arg) if arg is not None else None
                 verdicts.append(_sensitivity(facts, name, call, depth + 1, busy) if name else UNKNOWN)
     return combine(verdicts) if verdicts else UNKNOWN
@@ -831,10 +835,17 @@ _WRAPPER_CALLS = frozenset(
 
 
 def _wrapped(facts: FileFacts, base: ast.AST, index: int | None) -> tuple[bool, ast.expr | None]:
-    """(whether ``base`` is a wrapper call, the module it wraps when it is one)."""
+    """(whether ``base`` is a wrapper call, the module it wraps when it is one). A call of a file
+    function that hands back its parameter on every return, wrapped or not (``def wrap_dp(m):
+    return DataParallel(m)``), wraps the argument it is given for that parameter."""
     if not isinstance(base, ast.Call):
         return False, None
     func = base.func
+    helper = callee(facts, base)
+    if helper is not None and index is None:
+        param = _passed_through(facts, helper)
+        if param is not None:
+            return True, _argument_for(helper, base, param)
     if not (facts.call_qualname(base) in _WRAPPER_CALLS or (isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS)):
         return False, None
     i = index or 0
@@ -842,6 +853,60 @@ def _wrapped(facts: FileFacts, base: ast.AST, index: int | None) -> tuple[bool, 
     if wrapped is None and i < len(base.args):
         wrapped = base.args[i]
     return True, wrapped
+
+
+def _passed_through(facts: FileFacts, func) -> str | None:
+    """The parameter ``func`` returns on every path, as it is or wrapped (a wrapper call of
+    it, or a local that only ever holds it so: ``m = DDP(m, ...); return m``); None otherwise."""
+
+    busy = facts.memo(("module_mode.passed_through.busy",), set)
+
+    def compute():
+        if func in busy:
+            return None  # helpers returning each other's calls
+        busy.add(func)
+        try:
+            return _passed_through_param(facts, func)
+        finally:
+            busy.discard(func)
+
+    return facts.memo(("module_mode.passed_through", id(func)), compute)
+
+
+def _passed_through_param(facts: FileFacts, func) -> str | None:
+    """:func:`_passed_through` itself."""
+    params = _parameter_names(func)
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and facts.function_of.get(n) is func]
+    if not returns or any(r.value is None for r in returns) or _yields(facts, func):
+        return None
+    found = set()
+    for r in returns:
+        value = strip_moves(r.value)
+        wrapper, wrapped = _wrapped(facts, value, None)
+        name = dotted_name(wrapped if wrapper else value)
+        if name not in params:
+            return None
+        found.add(name)
+    if len(found) != 1:
+        return None
+    param = found.pop()
+    for node in ast.walk(func):  # every rebinding of it keeps the same module
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and facts.function_of.get(node) is func:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(param in bound_names(t) for t in targets):
+                if node.value is None or not _rebinds_itself(facts, node.value, param):
+                    return None
+        elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            if facts.function_of.get(node) is func and any(
+                isinstance(n, ast.Name) and n.id == param and not isinstance(n.ctx, ast.Load) for n in ast.walk(node)
+                if not isinstance(n, ast.stmt) or n is node
+            ):
+                return None
+    return param
+
+
+def _yields(facts: FileFacts, func) -> bool:
+    return any(isinstance(n, (ast.Yield, ast.YieldFrom)) and facts.function_of.get(n) is func for n in ast.walk(func))
 
 
 def _rebinds_itself(facts: FileFacts, value: ast.AST, module: str) -> bool:

@@ -106,6 +106,7 @@ class ReachingDefinitions:
         # only what the name holds, not whether the object changed), and the state at the end.
         self.bound: dict[ast.Name, frozenset[Definition]] = {}
         self.exit: dict[str, frozenset[Definition]] | None = None
+        self.unbound: set[ast.Name] = set()  # reads that no path to them binds the name for
         # At module level, the states in which a statement calls a def of the file: the code of
         # that def (and of what it calls) runs then, before the module's end.
         self.entries: list[dict] = []
@@ -292,6 +293,8 @@ class ReachingDefinitions:
             elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
                 self.reaching[child] = self.reaching.get(child, frozenset()) | self._definitions(child.id, state)
                 bound = state[child.id][0] if child.id in state else frozenset({UNKNOWN})
+                if child.id not in state:
+                    self.unbound.add(child)
                 self.bound[child] = self.bound.get(child, frozenset()) | bound
                 defs, reads = state.get(child.id, (frozenset({UNKNOWN}), frozenset()))
                 self.previous_reads[child] = self.previous_reads.get(child, frozenset()) | reads

@@ -262,3 +262,27 @@ def test_a_name_still_unbound_where_the_module_calls_a_def_adds_nothing():
     )
     (call,) = _calls(facts, "helper")
     assert callee(facts, call).lineno == 5
+
+
+def test_a_module_level_read_that_no_path_binds_is_unbound():
+    from gradfix.analysis.calls import unbound
+
+    facts = _facts(
+        """
+        import torch
+        print(model)          # nothing bound it yet
+        if torch.cuda.is_available():
+            model = 1
+        print(model)          # bound on one path
+        print(len, other)     # a builtin; a name bound nowhere
+        def f():
+            return other      # in a function: read when it runs
+        """
+    )
+    reads = {(n.lineno, n.id): n for n in facts.function_of if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    assert unbound(facts, reads[(3, "model")]) and not unbound(facts, reads[(6, "model")])
+    assert not unbound(facts, reads[(7, "len")]) and unbound(facts, reads[(7, "other")])
+    assert not unbound(facts, reads[(9, "other")])
+    swapped = _facts("def g():\n    global other\n    other = 1\ng()\nprint(other)\n")
+    (read,) = [n for n in swapped.function_of if isinstance(n, ast.Name) and n.id == "other" and isinstance(n.ctx, ast.Load)]
+    assert not unbound(swapped, read)

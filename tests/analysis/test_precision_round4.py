@@ -172,3 +172,64 @@ def test_a_toggle_in_a_module_others_import_is_still_reported():
     # a `__main__` guard says the file is imported too
     guarded = PRINTING_SCRIPT + "\nif __name__ == '__main__':\n    print('done')\n"
     assert _gf201(guarded) == ["GF201"]
+
+
+# The same benchmark's kinds: the model is built mode-free, then handed to a helper that returns
+# it wrapped (`return DataParallel(model)`), and a pasted snippet calls the evaluation at module
+# level with a name nothing binds. Both keep the model's kind: the helper hands back the module
+# it was given, and the pasted call raises NameError before it runs anything.
+WRAPPED = """\
+import torch
+from torch import nn
+import torch.nn.parallel as tp
+
+
+def wrap(model):
+    return tp.DataParallel(model)
+
+
+def wrap_ddp(model, rank):
+    model = tp.DistributedDataParallel(model, device_ids=[rank])
+    return model
+
+
+def fit(model, x):
+    model(x).sum().backward()
+    model.zero_grad()
+
+
+def measure(model, x):
+    with torch.no_grad():
+        return model(x).sum()
+
+
+def main(x, mode):
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU()).cuda()
+    if mode == "dp":
+        model = wrap(model)
+    elif mode == "ddp":
+        model = wrap_ddp(model, 0)
+    fit(model, x)
+    return measure(model, x)
+
+
+measure(net, torch.randn(2, 8))
+"""
+
+
+def test_a_helper_that_returns_the_module_it_is_given_keeps_its_kind():
+    assert check(WRAPPED, settings=Settings(select=("GF104",))) == []
+    # ... the kind it keeps is the module's own: a Dropout inside is still reported
+    sensitive = WRAPPED.replace("nn.ReLU()).cuda()", "nn.Dropout()).cuda()")
+    assert [(f.code, f.line) for f in check(sensitive, settings=Settings(select=("GF104",)))] == [("GF104", 22)]
+    # a helper that may hand back something else is no wrapper of it
+    other = WRAPPED.replace("    return tp.DataParallel(model)\n", "    return tp.DataParallel(model) if model else build()\n")
+    assert [f.code for f in check(other, settings=Settings(select=("GF104",)))] == ["GF104"]
+
+
+def test_a_call_whose_argument_nothing_binds_passes_nothing():
+    # once `net` is bound at module level (to a module of unknown kind), that call counts
+    bound = "import zoo\n" + WRAPPED.replace("\n\nmeasure(net,", "\n\nnet = zoo.build()\nmeasure(net,")
+    assert [f.code for f in check(bound, settings=Settings(select=("GF104",)))] == ["GF104"]
+    star = "from zoo import *\n" + WRAPPED
+    assert [f.code for f in check(star, settings=Settings(select=("GF104",)))] == ["GF104"]
