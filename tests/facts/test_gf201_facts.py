@@ -299,3 +299,18 @@ def test_paired_toggles_become_with_blocks(code, closers, fixed):
         for line, mode, end in closers
     ]
     assert got == fixed
+
+
+def test_a_module_level_pair_in_an_importable_module_hands_the_default_back():
+    # importable: it defines a function (a file without definitions that prints is a script)
+    pair = (
+        "import torch\ntorch.set_grad_enabled(False)\nTABLE = torch.ones(3) * 2\ntorch.set_grad_enabled(True)\n\n"
+        "def lookup(i):\n    return TABLE[i]\n"
+    )
+    assert _gf201(pair) == ([], pair)
+    # a lone module-level `True` is no hand-back: it forces grad on for every importer
+    lone = "import torch\ntorch.set_grad_enabled(True)\n\ndef lookup(i):\n    return i\n"
+    found, _ = _gf201(lone)
+    assert [(line, m) for line, _, m, _ in found] == [
+        (2, "module-level `torch.set_grad_enabled(True)` changes the grad mode of every program that imports this module")
+    ]
