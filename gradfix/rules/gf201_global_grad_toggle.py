@@ -10,7 +10,8 @@ from gradfix.lazy import cst
 
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.scripts import entry_point, generator_functions, standalone_script, under_main_guard
-from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, saved_mode_names
+from gradfix.analysis.statements import handler_of, statement_block
+from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, own_toggles, saved_mode_names
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
@@ -550,10 +551,10 @@ class GlobalGradToggle(Rule):
             toggle = bare_toggle(facts, call)
             if toggle is None:
                 continue
-            parent = facts.parents.get(toggle.stmt)
-            field = _field_of(parent, toggle.stmt)
-            if parent is None or field is None:
+            where = statement_block(facts, toggle.stmt)
+            if where is None:
                 continue
+            parent, field = where
             key = (id(parent), field)
             by_block.setdefault(key, []).append(toggle)
             owners[key] = (parent, getattr(parent, field))
@@ -774,20 +775,11 @@ class GlobalGradToggle(Rule):
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _field_of(parent: ast.AST | None, stmt: ast.stmt) -> str | None:
-    if parent is None:
-        return None
-    for name in ("body", "orelse", "finalbody"):
-        if stmt in (getattr(parent, name, None) or []):
-            return name
-    return None
-
-
 def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
     """"silent", a reason to report without a fix, or None (fixable)."""
     if func.name in _HAND_MADE_CONTEXT_METHODS:
         return "silent"  # a context manager's enter/exit sets the mode on purpose
-    toggles = _function_toggles(facts, func)
+    toggles = own_toggles(facts, func)
     saved_modes = saved_mode_names(facts)
     for t in toggles:
         if dotted_name(t.arg) in saved_modes:
@@ -796,20 +788,8 @@ def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
         return "in an `async def` the mode would be scoped across `await`s differently"
     if func in generators:
         return "in a generator a `with` or decorator scopes the mode differently across `yield`s"
-    if any(_handler_of(facts, func, t.stmt) for t in toggles):
+    if any(handler_of(facts, func, t.stmt) for t in toggles):
         return _HAND_MADE
-    return None
-
-
-def _handler_of(facts: FileFacts, func, stmt: ast.stmt) -> str | None:
-    """``"finally"`` / ``"except"`` when ``stmt`` runs in one of ``func``'s, else None."""
-    node, parent = stmt, facts.parents.get(stmt)
-    while parent is not None and parent is not func:
-        if isinstance(parent, ast.ExceptHandler):
-            return "except"
-        if isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node in parent.finalbody:
-            return "finally"
-        node, parent = parent, facts.parents.get(parent)
     return None
 
 
@@ -818,17 +798,17 @@ def _hand_made_message(facts: FileFacts, func, t: Toggle) -> str | None:
     last one, in a handler, hands the caller its mode; one that such a toggle follows directly
     holds until it. None for the others (the plain message)."""
     text = facts.segment(t.call)
-    where = _handler_of(facts, func, t.stmt)
-    toggles = _function_toggles(facts, func)
+    where = handler_of(facts, func, t.stmt)
+    toggles = own_toggles(facts, func)
     later = [h for h in toggles if (h.stmt.lineno, h.stmt.col_offset) > (t.stmt.lineno, t.stmt.col_offset)]
     if where is not None and not later:
         after = "" if where == "finally" else " after an error"
         return f"`{text}` in `{where}` hands the caller {_mode_phrase(facts, t)}{after}, whatever mode it had (not fixed)"
-    if where is not None or not later or not _handler_of(facts, func, later[0].stmt):
+    if where is not None or not later or not handler_of(facts, func, later[0].stmt):
         return None  # something else sets the mode after it: the plain reason
     h = later[0]
     mode = _mode_phrase(facts, h)
-    if _handler_of(facts, func, h.stmt) == "finally":
+    if handler_of(facts, func, h.stmt) == "finally":
         return f"bare `{text}` … `finally` (line {h.stmt.lineno}): the caller always gets {mode}, whatever it had (not fixed)"
     return f"bare `{text}` leaks to the caller; on an error `except` (line {h.stmt.lineno}) sets {mode} (not fixed)"
 
@@ -839,23 +819,13 @@ def _mode_phrase(facts: FileFacts, t: Toggle) -> str:
     return "grad on" if t.mode else "grad off"
 
 
-def _function_toggles(facts: FileFacts, func) -> list[Toggle]:
-    """``func``'s own bare toggles, in source order."""
-    out = []
-    for stmt in facts.statements(func):
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            toggle = bare_toggle(facts, stmt.value)
-            if toggle is not None:
-                out.append(toggle)
-    return sorted(out, key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
-
-
 def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:
     if field != "body":
         return "it runs only under a condition (`else`/`finally`)"
+    # (under a `finally` it never gets here: the function's verdict is the hand-made restore)
     child, node = block[0], parent
     while node is not None and node is not func:
-        if isinstance(node, _CONDITIONAL_PARENTS) or _field_of(node, child) in ("orelse", "finalbody"):
+        if isinstance(node, _CONDITIONAL_PARENTS) or (statement_block(facts, child) or (None, None))[1] == "orelse":
             return "it runs only under a condition"
         child, node = node, facts.parents.get(node)
     stmts_by_line: dict[int, int] = {}
