@@ -314,3 +314,16 @@ def test_a_module_level_pair_in_an_importable_module_hands_the_default_back():
     assert [(line, m) for line, _, m, _ in found] == [
         (2, "module-level `torch.set_grad_enabled(True)` changes the grad mode of every program that imports this module")
     ]
+
+
+def test_a_toggle_that_another_follows_directly_is_not_rewritten():
+    # nothing between them to scope: the first only sets the mode the second overrides
+    code = "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    torch.set_grad_enabled(True)\n    return model(x)\n"
+    why = "(not fixed: another toggle follows it directly)"
+    assert _gf201(code) == (
+        [
+            (3, 4, f"bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller {why}", None),
+            (4, 4, f"bare `torch.set_grad_enabled(True)` leaks the global grad mode to the caller {why}", None),
+        ],
+        code,
+    )
