@@ -27,6 +27,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from gradfix.analysis.calls import callee as file_callee
 from gradfix.analysis.vocabulary import (
     COMPUTE_METHODS,
     CRITERION_NAME,
@@ -163,23 +164,6 @@ class Flow:
                 return False
             node = self.facts.parents.get(node)
         return True
-
-    def callee(self, call: ast.Call, caller) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
-        """The function of this file that ``call`` runs: ``f(...)`` for a module-level or
-        enclosing-scope ``def f`` that nothing shadows, ``self.f(...)`` for a method of the
-        caller's class."""
-        func = call.func
-        candidates = _functions_by_name(self.facts)
-        if isinstance(func, ast.Name):
-            if self.facts.resolve_name(func.id, call) is not None:
-                return None  # imported
-            defs = [f for f in candidates.get(func.id, ()) if not isinstance(self.facts.parents.get(f), ast.ClassDef)]
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
-            cls = _class_of(self.facts, caller)
-            defs = [f for f in candidates.get(func.attr, ()) if cls is not None and self.facts.parents.get(f) is cls]
-        else:
-            return None
-        return defs[0] if len(defs) == 1 else None
 
     def bind_arguments(self, callee, call: ast.Call) -> dict[str, ast.expr | None] | None:
         """Parameter name -> the argument the call passes (None: the default); None when the
@@ -500,7 +484,7 @@ class GradFreeAnalysis:
             site.status = self.eval(tensor, state, self.region_at(call), stmt)
             return site
         # A file function that differentiates (what it computes from) some of its arguments.
-        callee = self.flow.callee(call, self.func)
+        callee = file_callee(self.facts, call)
         summary = self.flow.summary(callee) if callee is not None and callee is not self.func else None
         if not summary or not summary.differentiates:
             return None
@@ -531,7 +515,7 @@ class GradFreeAnalysis:
 
     def _call_of_file_function(self, call: ast.Call, state: dict, region, stmt) -> Status:
         """What a call of a file function returns, from its summary (None: unknown)."""
-        callee = self.flow.callee(call, self.func)
+        callee = file_callee(self.facts, call)
         if callee is None or callee is self.func:
             return None
         summary = self.flow.summary(callee)
@@ -682,24 +666,6 @@ def _grad_enabling_functions(facts: FileFacts) -> frozenset[str]:
         return frozenset(names)
 
     return facts.memo(("gradflow.grad_enabling_functions",), compute)
-
-
-def _functions_by_name(facts: FileFacts) -> dict[str, list]:
-    def compute():
-        out: dict[str, list] = {}
-        for f in facts.functions:
-            out.setdefault(f.name, []).append(f)
-        return out
-
-    return facts.memo(("gradflow.functions_by_name",), compute)
-
-
-def _class_of(facts: FileFacts, func) -> ast.ClassDef | None:
-    """The class ``func`` is a method of (or a def nested in one)."""
-    node = func
-    while node is not None and not isinstance(node, ast.ClassDef):
-        node = facts.parents.get(node)
-    return node
 
 
 def flow(facts: FileFacts) -> Flow:

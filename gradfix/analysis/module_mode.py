@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from gradfix.analysis.calls import callee, callees, callers, dead, unbound
 from gradfix.analysis.flow import ForwardFlow, innermost_statement
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, strip_moves
@@ -202,6 +203,8 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     module_like = {m.receiver for m in facts.method_calls if m.method in MODULE_USES and m.receiver}
     module_like |= {s.receiver for s in switches(facts)}
     for scope in [None, *facts.functions]:
+        if scope is not None and dead(facts, scope):
+            continue  # redefined before anything runs it: not what the file trains
         if not (calls_backward(facts, scope) or steps_optimizer(facts, scope)):
             continue
         # The scope's own `.train()` calls name what it trains; a module it runs but never
@@ -248,9 +251,9 @@ def _feeds_training(facts: FileFacts, func) -> bool:
     """``func``'s result is a training input: a caller passes it on to a training function of
     this file or into the tensor it `.backward()`s (RL targets, teacher outputs, pseudo-labels).
     The mode of that computation is the training's, not an evaluation's."""
-    training = {f.name for f in facts.functions if calls_backward(facts, f) or steps_optimizer(facts, f)}
-    for call in facts.calls:
-        if not _called_by_name(facts, call, func.name) or facts.function_of.get(call) is func:
+    training = {f for f in facts.functions if calls_backward(facts, f) or steps_optimizer(facts, f)}
+    for call in callers(facts, func):
+        if facts.function_of.get(call) is func:
             continue
         stmt = facts.parents.get(call)
         if not isinstance(stmt, ast.Assign) or stmt.value is not call:
@@ -265,7 +268,7 @@ def _feeds_training(facts: FileFacts, func) -> bool:
             read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
             if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
                 read |= _names_in(later.func.value)
-            elif callee_name(later) not in training:
+            elif not training.intersection(callees(facts, later).defs):
                 continue
             if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
                 return True
@@ -289,11 +292,6 @@ def outer_disabled_region(facts: FileFacts, node: ast.AST) -> GradRegion | None:
     if not disabled or not (regions[0].called or regions[0].kind == "decorator"):
         return None
     return disabled[-1]
-
-
-def _called_by_name(facts: FileFacts, call: ast.Call, name: str) -> bool:
-    func = call.func
-    return (isinstance(func, ast.Name) and func.id == name) or (isinstance(func, ast.Attribute) and func.attr == name)
 
 
 def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
@@ -383,7 +381,7 @@ def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> boo
     inner = func
     for outer in facts.enclosing_functions(func):
         if any(s.mode != "train" and any(related(s.receiver, n) for n in names) for s in own_switches(facts, outer)):
-            calls = [c for c in own_calls(facts, outer) if isinstance(c.func, ast.Name) and c.func.id == inner.name]
+            calls = [c for c in own_calls(facts, outer) if inner in callees(facts, c).defs]
             if not calls or any(_set_at(facts, outer, c, set(names), {EVAL, UNSET}) for c in calls):
                 return True
         inner = outer
@@ -395,9 +393,7 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     every path to its call; a `.train()` does not count for an evaluation (`model.train();
     evaluate(model)` is the bug, not a caller owning the mode)."""
     allowed = {EVAL, UNSET} if EVALISH.search(func.name) else {EVAL, UNSET, TRAIN}
-    for call in facts.calls:
-        if not _called_by_name(facts, call, func.name):
-            continue
+    for call in callers(facts, func):
         scope = facts.function_of.get(call)
         if scope is func or isinstance(scope, ast.Lambda):
             continue
@@ -503,10 +499,6 @@ class ModeItem:
         return (state if ENTRY in modes else frozenset()) | (modes - {ENTRY})
 
 
-def _function_named(facts: FileFacts, name: str):
-    return [f for f in facts.functions if f.name == name]
-
-
 def _switch_items(facts: FileFacts, scope, names: set[str], parts: bool = False) -> list[ModeItem]:
     """``scope``'s own switches of the module; with ``parts`` a submodule's switch too (UNSET)."""
     items = []
@@ -539,7 +531,8 @@ def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> lis
         callee = callee_name(call)
         if id(call) in skip or callee is None:
             continue
-        defined = [f for f in _function_named(facts, callee) if f is not scope]
+        found = callees(facts, call)
+        defined = [f for f in found.defs if f is not scope]
         if defined:
             chosen = {m for f in defined if (m := _mode_by_argument(facts, f, call, passed_names(f, call, names)))}
             if chosen:
@@ -550,7 +543,7 @@ def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> lis
                 items.append(ModeItem(call, "evalcall"))
             elif summary != {ENTRY}:
                 items.append(ModeItem(call, "call", modes=summary))
-        elif EVALISH.search(callee) and not _function_named(facts, callee):
+        elif EVALISH.search(callee) and not found.defs:
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
             if any(related(p, n) for p in passed for n in names):
                 items.append(ModeItem(call, "evalcall"))
@@ -785,8 +778,10 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
     at ``at``, from the bindings of that name that ``at`` can see: ``model = Net()`` with
     ``Net`` defined here or anywhere in the project, ``nn.Sequential(...)``, a model-zoo
     factory, a wrapper of another module (``DataParallel(net)``, ``accelerator.prepare(...)``,
-    ``privacy_engine.make_private(module=net, ...)``), and for a parameter the arguments the
-    file's calls pass. A name with no visible binding is unknown."""
+    ``privacy_engine.make_private(module=net, ...)``, a file function that hands back the module
+    it is given: ``def wrap(m): return DataParallel(m)``), and for a parameter the arguments the
+    calls that may run the function pass (a call whose argument nothing binds raises NameError
+    and passes nothing). A name with no visible binding is unknown."""
     key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at))
     return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset()))
 
@@ -822,9 +817,11 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
                     else:
                         verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy))
     if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
-        for call in facts.calls:
-            if _called_by_name(facts, call, scope.name) and facts.function_of.get(call) is not scope:
+        for call in callers(facts, scope):
+            if facts.function_of.get(call) is not scope:
                 arg = _argument_for(scope, call, module)
+                if isinstance(arg, ast.Name) and unbound(facts, arg):
+                    continue  # `f(model)` where nothing binds `model`: NameError, it runs nothing
                 name = dotted_name(arg) if arg is not None else None
                 verdicts.append(_sensitivity(facts, name, call, depth + 1, busy) if name else UNKNOWN)
     return combine(verdicts) if verdicts else UNKNOWN
@@ -838,10 +835,17 @@ _WRAPPER_CALLS = frozenset(
 
 
 def _wrapped(facts: FileFacts, base: ast.AST, index: int | None) -> tuple[bool, ast.expr | None]:
-    """(whether ``base`` is a wrapper call, the module it wraps when it is one)."""
+    """(whether ``base`` is a wrapper call, the module it wraps when it is one). A call of a file
+    function that hands back its parameter on every return, wrapped or not (``def wrap_dp(m):
+    return DataParallel(m)``), wraps the argument it is given for that parameter."""
     if not isinstance(base, ast.Call):
         return False, None
     func = base.func
+    helper = callee(facts, base)
+    if helper is not None and index is None:
+        param = _passed_through(facts, helper)
+        if param is not None:
+            return True, _argument_for(helper, base, param)
     if not (facts.call_qualname(base) in _WRAPPER_CALLS or (isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS)):
         return False, None
     i = index or 0
@@ -849,6 +853,60 @@ def _wrapped(facts: FileFacts, base: ast.AST, index: int | None) -> tuple[bool, 
     if wrapped is None and i < len(base.args):
         wrapped = base.args[i]
     return True, wrapped
+
+
+def _passed_through(facts: FileFacts, func) -> str | None:
+    """The parameter ``func`` returns on every path, as it is or wrapped (a wrapper call of
+    it, or a local that only ever holds it so: ``m = DDP(m, ...); return m``); None otherwise."""
+
+    busy = facts.memo(("module_mode.passed_through.busy",), set)
+
+    def compute():
+        if func in busy:
+            return None  # helpers returning each other's calls
+        busy.add(func)
+        try:
+            return _passed_through_param(facts, func)
+        finally:
+            busy.discard(func)
+
+    return facts.memo(("module_mode.passed_through", id(func)), compute)
+
+
+def _passed_through_param(facts: FileFacts, func) -> str | None:
+    """:func:`_passed_through` itself."""
+    params = _parameter_names(func)
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and facts.function_of.get(n) is func]
+    if not returns or any(r.value is None for r in returns) or _yields(facts, func):
+        return None
+    found = set()
+    for r in returns:
+        value = strip_moves(r.value)
+        wrapper, wrapped = _wrapped(facts, value, None)
+        name = dotted_name(wrapped if wrapper else value)
+        if name not in params:
+            return None
+        found.add(name)
+    if len(found) != 1:
+        return None
+    param = found.pop()
+    for node in ast.walk(func):  # every rebinding of it keeps the same module
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and facts.function_of.get(node) is func:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(param in bound_names(t) for t in targets):
+                if node.value is None or not _rebinds_itself(facts, node.value, param):
+                    return None
+        elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith, ast.NamedExpr)):
+            if facts.function_of.get(node) is func and any(
+                isinstance(n, ast.Name) and n.id == param and not isinstance(n.ctx, ast.Load) for n in ast.walk(node)
+                if not isinstance(n, ast.stmt) or n is node
+            ):
+                return None
+    return param
+
+
+def _yields(facts: FileFacts, func) -> bool:
+    return any(isinstance(n, (ast.Yield, ast.YieldFrom)) and facts.function_of.get(n) is func for n in ast.walk(func))
 
 
 def _rebinds_itself(facts: FileFacts, value: ast.AST, module: str) -> bool:
@@ -1097,14 +1155,13 @@ def evaluated_after_training(facts: FileFacts, scope, node: ast.AST) -> bool:
         return False
     if facts.function_of.get(owner) is not None or facts.function_of.get(scope) is not None:
         return False  # nested defs and methods: who calls them when is not visible here
-    trains = [c for c in facts.calls if callee_name(c) == scope.name]
-    evals = [c for c in facts.calls if callee_name(c) == owner.name]
+    trains, evals = callers(facts, scope), callers(facts, owner)
     if not trains or not evals or any(isinstance(c.func, ast.Attribute) for c in trains + evals):
         return False
-    callers = {facts.function_of.get(c) for c in trains + evals}
-    if len(callers) != 1:
+    scopes = {facts.function_of.get(c) for c in trains + evals}
+    if len(scopes) != 1:
         return False
-    caller = callers.pop()
+    caller = scopes.pop()
     if caller is scope or caller is owner:
         return False
     # Along the caller's flow: does any path run an evaluation and then a training call?

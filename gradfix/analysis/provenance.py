@@ -14,6 +14,8 @@ conservative: a parameter, a global or free name, a name declared ``global``/``n
 or in a nested function), bound by ``with .. as``, ``import``, ``except .. as``, ``def``, a
 ``match`` pattern or an unpacking of an unknown value, is unknown; ``x += v`` keeps an origin only
 when ``v`` has one too; attribute and subscript targets (``self.h = ..``) are never followed.
+A ``def``/``class`` statement binds itself (kind ``def``: no tensor's origin, but
+:mod:`gradfix.analysis.calls` reads it to tell which def a call runs).
 
 :func:`sole_holder` answers the second question a rewrite that drops ``Variable(x)`` asks:
 ``Variable(x)`` returns a *new* detached alias, ``x`` is the object itself, and the two differ
@@ -81,8 +83,8 @@ class Origin:
 class Definition:
     """One binding of a name: ``value`` is what it binds (None: unknown); ``kind`` is
     ``assign`` (``value`` is the expression), ``loop`` (``value`` is the ``for`` iterable; the
-    name is one of its elements), ``aug`` (``x += value``: ``node`` is the statement) or
-    ``unknown``."""
+    name is one of its elements), ``aug`` (``x += value``: ``node`` is the statement), ``def``
+    (``node`` is the ``def``/``class`` statement: no tensor) or ``unknown``."""
 
     node: ast.AST
     kind: str
@@ -102,13 +104,22 @@ class ReachingDefinitions:
         self.facts = facts
         self.func = func
         self.reaching: dict[ast.Name, frozenset[Definition]] = {}
+        # What each read's name is bound to, ``unstable`` or not (which def a call runs asks
+        # only what the name holds, not whether the object changed), and the state at the end.
+        self.bound: dict[ast.Name, frozenset[Definition]] = {}
+        self.exit: dict[str, frozenset[Definition]] | None = None
+        self.unbound: set[ast.Name] = set()  # reads that no path to them binds the name for
+        # At module level, the states in which a statement calls a def of the file: the code of
+        # that def (and of what it calls) runs then, before the module's end.
+        self.entries: list[dict] = []
         self.previous_reads: dict[ast.Name, frozenset[ast.Name]] = {}
         self.augmented: dict[ast.AugAssign, frozenset[Definition]] = {}
         self._loops: list[tuple[list, list]] = []
         self._elements: dict[tuple[int, int], ast.Subscript] = {}
         self.unstable = _unstable_names(facts, func)
         body = facts.tree.body if func is None else func.body
-        self._block(body, {})
+        end = self._block(body, {})
+        self.exit = None if end is None else {name: defs for name, (defs, _) in end.items()}
 
     # state: name -> (definitions, reads since the last definition); a missing name is unbound
     # here (a parameter, a global, a free name): unknown.
@@ -116,6 +127,8 @@ class ReachingDefinitions:
         for stmt in body:
             if state is None:
                 return None  # unreachable after return/raise/break/continue
+            if self.func is None and _calls_a_def(stmt, state):
+                self.entries.append({name: defs for name, (defs, _) in state.items()})
             state = self._statement(stmt, state)
         return state
 
@@ -179,6 +192,11 @@ class ReachingDefinitions:
             return None
         elif isinstance(stmt, (ast.Pass, ast.Global, ast.Nonlocal)):
             pass
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for child in ast.iter_child_nodes(stmt):  # decorators, defaults, bases
+                if isinstance(child, ast.expr):
+                    self._read(child, state)
+            self._define(stmt.name, Definition(stmt, "def"), state)
         else:  # def, class, import, match, ...: what they bind is unknown
             for child in ast.iter_child_nodes(stmt):
                 if isinstance(child, ast.expr):
@@ -276,6 +294,10 @@ class ReachingDefinitions:
                 self._define(child.target.id, Definition(child.target, "assign", child.value), state)
             elif isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
                 self.reaching[child] = self.reaching.get(child, frozenset()) | self._definitions(child.id, state)
+                bound = state[child.id][0] if child.id in state else frozenset({UNKNOWN})
+                if child.id not in state:
+                    self.unbound.add(child)
+                self.bound[child] = self.bound.get(child, frozenset()) | bound
                 defs, reads = state.get(child.id, (frozenset({UNKNOWN}), frozenset()))
                 self.previous_reads[child] = self.previous_reads.get(child, frozenset()) | reads
                 state[child.id] = (defs, reads | {child})
@@ -296,6 +318,20 @@ def _evaluated(node: ast.AST) -> list[ast.AST]:
             continue
         todo.extend(reversed(list(ast.iter_child_nodes(current))))
     return sorted(out, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+
+
+def _calls_a_def(stmt: ast.stmt, state) -> bool:
+    """``stmt`` itself (not the statements in its body) calls a name bound to a ``def``."""
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if node is not stmt and isinstance(node, (ast.stmt, *_SCOPES)):
+            continue
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in state:
+            if any(d.kind == "def" and not isinstance(d.node, ast.ClassDef) for d in state[node.func.id][0]):
+                return True
+        todo.extend(ast.iter_child_nodes(node))
+    return False
 
 
 def _join(states: Iterable):
@@ -539,7 +575,7 @@ def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
         return False
     flow = reaching_definitions(facts, func)
     definitions = flow.reaching.get(read, frozenset())
-    if not definitions or UNKNOWN in definitions:
+    if not definitions or any(d.kind in ("unknown", "def") for d in definitions):
         return False
     if read in flow.previous_reads.get(read, ()):
         return False  # a loop runs the call again on the same value

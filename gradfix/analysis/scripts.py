@@ -9,6 +9,9 @@ import re
 from gradfix.facts import FileFacts
 
 _ENTRY_NAME = re.compile(r"^(_?main(_\w+)?|\w+_main)$")
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+# torch calls that configure the process (grad mode, seeds, threads, backends), not run a program.
+_CONFIGURATION = re.compile(r"^torch\.(backends\..*|(\w+\.)*(set_\w+|manual_seed\w*|seed|use_deterministic_algorithms))$")
 
 
 def is_main_guard(facts: FileFacts, node: ast.AST) -> bool:
@@ -27,20 +30,31 @@ def under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:
 def standalone_script(facts: FileFacts) -> bool:
     """The file's top level runs its program (so nothing imports it and a grad toggle there is
     the program's own setting): a top-level loop or `with`, or a top-level call of a function or
-    class the file defines. A file with a `__main__` guard is written to be imported too, and is
-    not a standalone script. (Top-level prints alone do not make a script: a demo module can be
-    imported for its definitions.)"""
+    class the file defines; or, in a file that defines no function or class at all (nothing an
+    importer could use but its variables), a top-level call made for its effect (`print(...)`,
+    `benchmark()`), other than torch's own configuration (`torch.manual_seed(0)`,
+    `torch.set_num_threads(4)`: what a settings module imported for its side effects does). A
+    file with a `__main__` guard is written to be imported too, and is not a standalone script.
+    (Top-level prints alone do not make a script of a file with definitions: a demo module can
+    be imported for them.)"""
     body = facts.tree.body
     if any(is_main_guard(facts, s) for s in body):
         return False
-    defined = {s.name for s in body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    defined = {s.name for s in body if isinstance(s, _DEFINITIONS)}
     for stmt in body:
         if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith)):
             return True
         if isinstance(stmt, (ast.Expr, ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
             if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined for n in ast.walk(stmt.value)):
                 return True
-    return False
+    if any(isinstance(n, _DEFINITIONS) for n in facts.function_of):
+        return False
+    return any(
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Call)
+        and not _CONFIGURATION.match(facts.call_qualname(stmt.value) or "")
+        for stmt in body
+    )
 
 
 def entry_point(facts: FileFacts, func) -> bool:

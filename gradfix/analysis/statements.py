@@ -85,6 +85,19 @@ def statement_block(facts: FileFacts, stmt: ast.stmt) -> tuple[ast.AST, str] | N
     return None
 
 
+def handler_of(facts: FileFacts, stop, stmt: ast.stmt) -> str | None:
+    """``"finally"`` / ``"except"`` when ``stmt`` runs in a ``finally`` or ``except`` block
+    below ``stop`` (a function, say), else None."""
+    node, parent = stmt, facts.parents.get(stmt)
+    while parent is not None and parent is not stop:
+        if isinstance(parent, ast.ExceptHandler):
+            return "except"
+        if isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node in parent.finalbody:
+            return "finally"
+        node, parent = parent, facts.parents.get(parent)
+    return None
+
+
 def alone_on_its_lines(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
     """No other statement shares a line with the run ``first``..``last`` (no ``;``, no
     ``if x: stmt`` one-liner), so the run can move into an indented block."""

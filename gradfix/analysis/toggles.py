@@ -1,6 +1,6 @@
 """Bare grad-mode toggles: ``torch.set_grad_enabled(x)`` called as a statement.
 
-What a toggle is (:func:`bare_toggle`), the names that save the mode to restore it by hand
+What a toggle is (:func:`bare_toggle`), a function's own toggles (:func:`own_toggles`), the names that save the mode to restore it by hand
 (:func:`saved_mode_names`), and the toggle hack: ``set_grad_enabled(True)`` …
 ``set_grad_enabled(False)`` inside a grad-disabled ``with`` (article §3.2), which GF202
 rewrites and GF201 leaves to it.
@@ -48,6 +48,17 @@ def bare_toggle(facts, call: ast.Call) -> Toggle | None:
     else:
         return None
     return Toggle(stmt, call, literal_bool(arg))
+
+
+def own_toggles(facts, func) -> list[Toggle]:
+    """``func``'s own bare toggles (not those of functions nested in it), in source order."""
+    out = []
+    for stmt in facts.statements(func):
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            toggle = bare_toggle(facts, stmt.value)
+            if toggle is not None:
+                out.append(toggle)
+    return sorted(out, key=lambda t: (t.stmt.lineno, t.stmt.col_offset))
 
 
 def saved_mode_names(facts) -> set[str]:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ast
 
+from gradfix.analysis.calls import callers
 from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
     all_train_at,
     built_here,
-    callee_name,
     constructed,
     evaluated_after_training,
     forward_target,
@@ -404,8 +404,8 @@ class TrainWithoutTrainMode(Rule):
         """A call site elsewhere in the file sets train mode right before calling ``scope``."""
         if scope is None:
             return False
-        for call in facts.calls:
-            if callee_name(call) != scope.name or facts.function_of.get(call) is scope:
+        for call in callers(facts, scope):
+            if facts.function_of.get(call) is scope:
                 continue
             caller = facts.function_of.get(call)
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}

@@ -10,12 +10,14 @@ from gradfix.lazy import cst
 
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.scripts import entry_point, generator_functions, standalone_script, under_main_guard
-from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, saved_mode_names
+from gradfix.analysis.statements import handler_of, statement_block
+from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, own_toggles, saved_mode_names
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
 from gradfix.rule import Invalid, Rule, Valid
 
 _CONDITIONAL_PARENTS = (ast.If, ast.ExceptHandler, ast.match_case)
+_HAND_MADE = "the function sets the mode by hand in `except`/`finally`"
 # Decorators a grad decorator can safely sit under (it goes innermost, next to ``def``).
 _PLAIN_DECORATORS = {"staticmethod", "classmethod"}
 _HAND_MADE_CONTEXT_METHODS = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
@@ -108,8 +110,10 @@ class GlobalGradToggle(Rule):
 
     Module-level toggles that end with `set_grad_enabled(True)` (the module hands the default
     mode back) and those of a notebook or of a standalone script (nothing imports it; its top
-    level is the program: a top-level loop or `with`, or a call of a function or class the file
-    defines, and no `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
+    level is the program: a top-level loop or `with`, a call of a function or class the file
+    defines, or, in a file that defines neither, a call made for its effect such as `print(...)`
+    (torch's own configuration calls, `torch.manual_seed(0)`, do not count), and no
+    `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
     `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
@@ -547,10 +551,10 @@ class GlobalGradToggle(Rule):
             toggle = bare_toggle(facts, call)
             if toggle is None:
                 continue
-            parent = facts.parents.get(toggle.stmt)
-            field = _field_of(parent, toggle.stmt)
-            if parent is None or field is None:
+            where = statement_block(facts, toggle.stmt)
+            if where is None:
                 continue
+            parent, field = where
             key = (id(parent), field)
             by_block.setdefault(key, []).append(toggle)
             owners[key] = (parent, getattr(parent, field))
@@ -633,10 +637,11 @@ class GlobalGradToggle(Rule):
                 reason = "the mode it sets reaches code after its nested block"
         if reason is not None:
             for t in toggles:
+                message = _hand_made_message(facts, func, t) if reason == _HAND_MADE else None
                 yield self.report(
                     facts,
                     t.stmt,
-                    f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller",
+                    message or f"bare `{facts.segment(t.call)}` leaks the global grad mode to the caller",
                     no_fix=reason,
                 )
             return
@@ -658,9 +663,11 @@ class GlobalGradToggle(Rule):
                 target = f"`@{scoped}` on `{func.name}`"
             else:
                 target = f"`with {scoped}:`"
-            between = f" … `{facts.segment(closer.call)}` (line {closer.stmt.lineno})" if closer else ""
             if closer:
-                message = f"bare `{facts.segment(opener.call)}`{between}: the closing toggle forces a mode the caller may not have"
+                message = (
+                    f"bare `{facts.segment(opener.call)}` … line {closer.stmt.lineno}: "
+                    f"the closer forces {_mode_phrase(facts, closer)}, whatever mode the caller had"
+                )
             else:
                 message = f"bare `{facts.segment(opener.call)}` toggles the global grad mode: the mode leaks to the caller"
             plan = _FixPlan(
@@ -768,25 +775,11 @@ class GlobalGradToggle(Rule):
 
 
 # -- helpers ------------------------------------------------------------------------------
-def _field_of(parent: ast.AST | None, stmt: ast.stmt) -> str | None:
-    if parent is None:
-        return None
-    for name in ("body", "orelse", "finalbody"):
-        if stmt in (getattr(parent, name, None) or []):
-            return name
-    return None
-
-
 def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
     """"silent", a reason to report without a fix, or None (fixable)."""
     if func.name in _HAND_MADE_CONTEXT_METHODS:
         return "silent"  # a context manager's enter/exit sets the mode on purpose
-    toggles = []
-    for stmt in facts.statements(func):
-        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-            toggle = bare_toggle(facts, stmt.value)
-            if toggle is not None:
-                toggles.append(toggle)
+    toggles = own_toggles(facts, func)
     saved_modes = saved_mode_names(facts)
     for t in toggles:
         if dotted_name(t.arg) in saved_modes:
@@ -795,23 +788,44 @@ def _function_verdict(facts: FileFacts, func, generators: set) -> str | None:
         return "in an `async def` the mode would be scoped across `await`s differently"
     if func in generators:
         return "in a generator a `with` or decorator scopes the mode differently across `yield`s"
-    for t in toggles:
-        node, parent = t.stmt, facts.parents.get(t.stmt)
-        while parent is not None and parent is not func:
-            if isinstance(parent, ast.ExceptHandler) or (
-                isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and node in parent.finalbody
-            ):
-                return "the function restores the mode by hand in `except`/`finally`"
-            node, parent = parent, facts.parents.get(parent)
+    if any(handler_of(facts, func, t.stmt) for t in toggles):
+        return _HAND_MADE
     return None
+
+
+def _hand_made_message(facts: FileFacts, func, t: Toggle) -> str | None:
+    """What a toggle of a function that sets the mode in `finally`/`except` does, exactly: the
+    last one, in a handler, hands the caller its mode; one that such a toggle follows directly
+    holds until it. None for the others (the plain message)."""
+    text = facts.segment(t.call)
+    where = handler_of(facts, func, t.stmt)
+    toggles = own_toggles(facts, func)
+    later = [h for h in toggles if (h.stmt.lineno, h.stmt.col_offset) > (t.stmt.lineno, t.stmt.col_offset)]
+    if where is not None and not later:
+        after = "" if where == "finally" else " after an error"
+        return f"`{text}` in `{where}` hands the caller {_mode_phrase(facts, t)}{after}, whatever mode it had"
+    if where is not None or not later or not handler_of(facts, func, later[0].stmt):
+        return None  # something else sets the mode after it: the plain reason
+    h = later[0]
+    mode = _mode_phrase(facts, h)
+    if handler_of(facts, func, h.stmt) == "finally":
+        return f"bare `{text}` … `finally` (line {h.stmt.lineno}): the caller always gets {mode}, whatever it had"
+    return f"bare `{text}` leaks to the caller; on an error `except` (line {h.stmt.lineno}) sets {mode}"
+
+
+def _mode_phrase(facts: FileFacts, t: Toggle) -> str:
+    if t.mode is None:
+        return f"the mode `{facts.segment(t.arg)}`"
+    return "grad on" if t.mode else "grad off"
 
 
 def _block_reason(facts: FileFacts, func, parent, field, block, toggles) -> str | None:
     if field != "body":
         return "it runs only under a condition (`else`/`finally`)"
+    # (under a `finally` it never gets here: the function's verdict is the hand-made restore)
     child, node = block[0], parent
     while node is not None and node is not func:
-        if isinstance(node, _CONDITIONAL_PARENTS) or _field_of(node, child) in ("orelse", "finalbody"):
+        if isinstance(node, _CONDITIONAL_PARENTS) or (statement_block(facts, child) or (None, None))[1] == "orelse":
             return "it runs only under a condition"
         child, node = node, facts.parents.get(node)
     stmts_by_line: dict[int, int] = {}

@@ -171,6 +171,9 @@ def test_alias_spellings_are_the_same_objects():
 
 # -- findings without a fix (mutation testing): the reason each one gives -----------------------
 
+_HAND_MADE = "no fix: the function sets the mode by hand in `except`/`finally`"
+
+
 def _gf201(code):
     from gradfix import Settings, check, fix
 
@@ -199,14 +202,42 @@ def test_a_mode_restored_in_finally_is_not_rewritten():
         "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    try:\n        return model(x)\n    finally:\n"
         "        torch.set_grad_enabled(True)\n"
     )
-    why = "no fix: the function restores the mode by hand in `except`/`finally`"
+    # The literal in `finally` forces grad on: the caller gets it whatever mode it had.
+    why = "no fix: the function sets the mode by hand in `except`/`finally`"
     assert _gf201(code) == (
         [
-            (3, 4, "bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller", why),
-            (7, 8, "bare `torch.set_grad_enabled(True)` leaks the global grad mode to the caller", why),
+            (3, 4, "bare `torch.set_grad_enabled(False)` … `finally` (line 7): the caller always gets grad on, whatever it had", why),
+            (7, 8, "`torch.set_grad_enabled(True)` in `finally` hands the caller grad on, whatever mode it had", why),
         ],
         code,
     )
+
+
+def test_a_mode_forced_in_except_is_not_rewritten_and_says_when_it_runs():
+    code = (
+        "import torch as T\ndef f(model, x):\n    T.set_grad_enabled(False)\n    try:\n        out = model(x)\n"
+        "    except RuntimeError:\n        T.set_grad_enabled(True)\n        raise\n    return out\n"
+    )
+    assert _gf201(code) == (
+        [
+            (3, 4, "bare `T.set_grad_enabled(False)` leaks to the caller; on an error `except` (line 7) sets grad on", _HAND_MADE),
+            (7, 8, "`T.set_grad_enabled(True)` in `except` hands the caller grad on after an error, whatever mode it had", _HAND_MADE),
+        ],
+        code,
+    )
+
+
+def test_a_toggle_after_the_hand_made_restore_keeps_the_plain_reason():
+    code = (
+        "import torch\ndef f(model, x, flag):\n    try:\n        out = model(x)\n    finally:\n        torch.set_grad_enabled(flag)\n"
+        "    torch.set_grad_enabled(False)\n    return out\n"
+    )
+    found, fixed = _gf201(code)
+    assert [(m, title) for _, _, m, title in found] == [
+        ("bare `torch.set_grad_enabled(flag)` leaks the global grad mode to the caller", _HAND_MADE),
+        ("bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller", _HAND_MADE),
+    ]
+    assert fixed == code
 
 
 def test_a_mode_restored_in_the_finally_of_try_except_star_is_not_rewritten():
@@ -215,12 +246,18 @@ def test_a_mode_restored_in_the_finally_of_try_except_star_is_not_rewritten():
         "        pass\n    finally:\n        torch.set_grad_enabled(True)\n"
     )
     found, fixed = _gf201(code)
-    why = "no fix: the function restores the mode by hand in `except`/`finally`"
+    why = "no fix: the function sets the mode by hand in `except`/`finally`"
     assert [(line, col, title) for line, col, _, title in found] == [(3, 4, why), (9, 8, why)]
+    assert [m for _, _, m, _ in found] == [
+        "bare `torch.set_grad_enabled(False)` … `finally` (line 9): the caller always gets grad on, whatever it had",
+        "`torch.set_grad_enabled(True)` in `finally` hands the caller grad on, whatever mode it had",
+    ]
     assert fixed == code
 
 
-_PAIR = "the closing toggle forces a mode the caller may not have"
+def _pair(mode: str, end: int) -> str:
+    forced = {"True": "grad on", "False": "grad off"}.get(mode, f"the mode `{mode}`")
+    return f"bare `torch.set_grad_enabled(False)` … line {end}: the closer forces {forced}, whatever mode the caller had"
 
 
 @pytest.mark.parametrize(
@@ -260,9 +297,37 @@ def test_paired_toggles_become_with_blocks(code, closers, fixed):
     assert found == [
         (
             line, 4,
-            f"bare `torch.set_grad_enabled(False)` … `torch.set_grad_enabled({mode})` (line {end}): {_PAIR}",
+            _pair(mode, end),
             "Use `with torch.no_grad():`",
         )
         for line, mode, end in closers
     ]
     assert got == fixed
+
+
+def test_a_module_level_pair_in_an_importable_module_hands_the_default_back():
+    # importable: it defines a function (a file without definitions that prints is a script)
+    pair = (
+        "import torch\ntorch.set_grad_enabled(False)\nTABLE = torch.ones(3) * 2\ntorch.set_grad_enabled(True)\n\n"
+        "def lookup(i):\n    return TABLE[i]\n"
+    )
+    assert _gf201(pair) == ([], pair)
+    # a lone module-level `True` is no hand-back: it forces grad on for every importer
+    lone = "import torch\ntorch.set_grad_enabled(True)\n\ndef lookup(i):\n    return i\n"
+    found, _ = _gf201(lone)
+    assert [(line, m) for line, _, m, _ in found] == [
+        (2, "module-level `torch.set_grad_enabled(True)` changes the grad mode of every program that imports this module")
+    ]
+
+
+def test_a_toggle_that_another_follows_directly_is_not_rewritten():
+    # nothing between them to scope: the first only sets the mode the second overrides
+    code = "import torch\ndef f(model, x):\n    torch.set_grad_enabled(False)\n    torch.set_grad_enabled(True)\n    return model(x)\n"
+    why = "no fix: another toggle follows it directly"
+    assert _gf201(code) == (
+        [
+            (3, 4, "bare `torch.set_grad_enabled(False)` leaks the global grad mode to the caller", why),
+            (4, 4, "bare `torch.set_grad_enabled(True)` leaks the global grad mode to the caller", why),
+        ],
+        code,
+    )

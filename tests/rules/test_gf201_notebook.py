@@ -3,7 +3,11 @@
 from gradfix import Settings, check
 
 SETTINGS = Settings(select=("GF201",), unsafe_fixes=True)
-CELLS = "import torch\ntorch.set_grad_enabled(False)  # demo cell\nprint(torch.ones(1, requires_grad=True) * 2)\n"
+# The cells define a helper, so the same text as a .py file is a module others can import.
+CELLS = (
+    "import torch\ntorch.set_grad_enabled(False)  # demo cell\nprint(torch.ones(1, requires_grad=True) * 2)\n"
+    "def double(x):\n    return x * 2\n"
+)
 
 
 def test_module_level_toggle_in_a_notebook_is_silent():

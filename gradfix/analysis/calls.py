@@ -1,0 +1,240 @@
+"""Which def of this file a call may run: one answer for every rule.
+
+A name means what is bound to it where it is read (:class:`~gradfix.analysis.provenance.
+ReachingDefinitions` follows ``def``/``class`` statements like assignments):
+
+- a name bound in the scope chain by an import, a parameter or an assignment is no file function
+  (when only some paths bind it so, the def *and* something else may run);
+- a read at module level sees the binding in force at that point of the module's straight-line
+  order: a later redefinition does not count, an earlier one it shadows does not either; on
+  branches both may reach;
+- a read inside a function body happens when the function is called, normally after the module
+  has finished executing: it sees what is bound at the end of the module (of a def redefined
+  later at module level, the last one), and also what is bound where a module-level statement
+  calls a def of the file (``main()`` before a redefinition runs its code with the first one).
+  A function's own local binding wins (a nested ``def``);
+- ``self.f(...)`` runs the method ``f`` of the caller's class (the last one its body binds);
+  ``obj.f(...)`` on anything else may run a method ``f`` of any class of the file, or something
+  else.
+
+A def that no read can see (shadowed before anything runs it, and not what the module leaves
+bound) never runs: :func:`dead`.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from dataclasses import dataclass
+
+from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions
+from gradfix.analysis.vocabulary import owner_class
+from gradfix.facts import FileFacts
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a name (or ``self.attr``) may hold where it is read: the file's defs, in source
+    order, and whether something else may be bound there too (an import, a parameter, an
+    assignment, a class, a builtin, an unbound name)."""
+
+    defs: tuple[ast.FunctionDef | ast.AsyncFunctionDef, ...] = ()
+    other: bool = True
+
+    @property
+    def sole(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The one def the read holds on every path, or None."""
+        return self.defs[0] if len(self.defs) == 1 and not self.other else None
+
+
+NOTHING = Binding()
+
+
+def name_binding(facts: FileFacts, name: ast.Name) -> Binding:
+    """What the read ``name`` may hold (see the module docstring)."""
+    return facts.memo(("calls.name", id(name)), lambda: _name_binding(facts, name))
+
+
+def callees(facts: FileFacts, call: ast.Call) -> Binding:
+    """The defs of this file ``call`` may run."""
+    return facts.memo(("calls.callees", id(call)), lambda: _callees(facts, call))
+
+
+def callee(facts: FileFacts, call: ast.Call) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The one def of this file ``call`` runs, or None (none, or not only it)."""
+    return callees(facts, call).sole
+
+
+def callers(facts: FileFacts, func) -> list[ast.Call]:
+    """The calls of the file that may run ``func``, in source order."""
+    return _callers(facts).get(func, [])
+
+
+def dead(facts: FileFacts, func) -> bool:
+    """``func`` never runs: a def at module level (or in a function) whose binding no read of
+    the name can see and that the module does not leave bound (``def f`` … ``def f`` again,
+    the first never called in between)."""
+    return func in facts.memo(("calls.dead",), lambda: _dead(facts))
+
+
+def unbound(facts: FileFacts, name: ast.Name) -> bool:
+    """The module-level read ``name`` raises NameError: no path to it binds the name (no
+    assignment, import, def, loop or ``with`` target before it), it is no builtin, no function
+    declares it ``global`` and no ``from m import *`` could bind it."""
+    if facts.function_of.get(name) is not None or name.id in _BUILTINS or name.id in _declared_global(facts):
+        return False
+    if facts.memo(("calls.star_import",), lambda: any(
+        isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(facts.tree)
+    )):
+        return False
+    return name in reaching_definitions(facts, None).unbound
+
+
+# -- implementation ------------------------------------------------------------------------------
+def _callees(facts: FileFacts, call: ast.Call) -> Binding:
+    func = call.func
+    if isinstance(func, ast.Name):
+        return name_binding(facts, func)
+    if not isinstance(func, ast.Attribute):
+        return NOTHING
+    receiver = func.value
+    if isinstance(receiver, ast.Name) and receiver.id == "self":
+        cls = owner_class(facts, call)
+        return _class_binding(facts, cls, func.attr) if cls is not None else NOTHING
+    if isinstance(receiver, ast.Name) and facts.resolve_name(receiver.id, call) is not None:
+        return NOTHING  # `utils.f(...)`: a module's function, not this file's
+    defs = [d for c in _classes(facts) for d in _class_binding(facts, c, func.attr).defs]
+    return Binding(tuple(sorted(defs, key=_pos)), True)
+
+
+def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
+    scopes = list(facts.enclosing_functions(name))
+    for i, scope in enumerate(scopes):
+        if isinstance(scope, ast.Lambda):
+            if name.id in facts.scope_of_node[scope].locals:
+                return NOTHING  # a lambda's parameter
+            continue
+        info = facts.scope_of_node[scope]
+        if name.id in info.globals:
+            break
+        if name.id in info.imports or name.id in info.locals:
+            flow = reaching_definitions(facts, scope)
+            if i == 0 and name in flow.bound:
+                return _binding(flow.bound[name])
+            return _local_bindings(facts, scope, name.id)
+    flow = reaching_definitions(facts, None)
+    if not scopes and name in flow.bound:
+        found = _binding(flow.bound[name])
+    elif scopes and flow.exit is not None:
+        # what the module leaves bound, and what is bound wherever a module-level statement
+        # calls a def of the file (whose code may run this function then); unbound there, the
+        # call could not have run
+        definitions = set(flow.exit.get(name.id, frozenset({UNKNOWN})))
+        for entry in flow.entries:
+            definitions.update(entry.get(name.id, ()))
+        found = _binding(frozenset(definitions))
+    else:  # a class body, a comprehension: any of the module's bindings
+        found = _local_bindings(facts, None, name.id)
+    if name.id in _declared_global(facts):
+        found = Binding(found.defs, True)  # a function may rebind it
+    return found
+
+
+def _binding(definitions: frozenset[Definition]) -> Binding:
+    defs = [d.node for d in definitions if d.kind == "def" and isinstance(d.node, _DEFS)]
+    other = any(not (d.kind == "def" and isinstance(d.node, _DEFS)) for d in definitions)
+    return Binding(tuple(sorted(defs, key=_pos)), other)
+
+
+def _local_bindings(facts: FileFacts, scope, name: str) -> Binding:
+    """Every binding of ``name`` that ``scope`` (None: the module) makes itself: its defs, and
+    whether it binds the name any other way too."""
+    return facts.memo(("calls.local", id(scope), name), lambda: _all_bindings(facts, scope, name))
+
+
+def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
+    root = facts.tree if scope is None else scope
+    info = facts.scope_of_node[root]
+    defs, other = [], name in info.imports
+    if scope is not None:
+        a = scope.args
+        other = other or name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+    for node in ast.walk(root):
+        if node is root or facts.function_of.get(node) is not scope or owner_class(facts, node) is not owner_class(facts, root):
+            continue
+        if isinstance(node, _DEFS) and node.name == name:
+            defs.append(node)
+        elif isinstance(node, ast.ClassDef) and node.name == name:
+            other = True
+        elif isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            other = True
+        elif isinstance(node, ast.ExceptHandler) and node.name == name:
+            other = True
+    if not defs:
+        other = True
+    return Binding(tuple(sorted(defs, key=_pos)), other)
+
+
+def _class_binding(facts: FileFacts, cls: ast.ClassDef, attr: str) -> Binding:
+    """The method ``attr`` of ``cls``: the last def its body binds at top level (a class body
+    runs straight through), None when something else is bound last or it has none."""
+    last = None
+    for stmt in cls.body:
+        if isinstance(stmt, _DEFS) and stmt.name == attr:
+            last = stmt
+        elif any(isinstance(n, ast.Name) and n.id == attr and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)):
+            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                last = None
+    return Binding((last,), False) if last is not None else NOTHING
+
+
+def _classes(facts: FileFacts) -> list[ast.ClassDef]:
+    return facts.memo(("calls.classes",), lambda: [n for n in facts.function_of if isinstance(n, ast.ClassDef)])
+
+
+def _declared_global(facts: FileFacts) -> frozenset[str]:
+    def compute():
+        return frozenset(n for node in ast.walk(facts.tree) if isinstance(node, ast.Global) for n in node.names)
+
+    return facts.memo(("calls.declared_global",), compute)
+
+
+def _callers(facts: FileFacts) -> dict:
+    def compute():
+        out: dict = {}
+        for call in sorted(facts.calls, key=_pos):
+            for d in callees(facts, call).defs:
+                out.setdefault(d, []).append(call)
+        return out
+
+    return facts.memo(("calls.callers",), compute)
+
+
+def _dead(facts: FileFacts) -> frozenset:
+    flow = reaching_definitions(facts, None)
+    if flow.exit is None:
+        return frozenset()  # the module stops early: what it leaves bound is not known
+    left = {d.node for definitions in flow.exit.values() for d in definitions if d.kind == "def"}
+    candidates = [
+        f
+        for f in facts.functions
+        if f not in left
+        and facts.function_of.get(f) is None
+        and owner_class(facts, f) is None
+        and f.name not in _declared_global(facts)
+    ]
+    if not candidates:
+        return frozenset()
+    names = {f.name for f in candidates}
+    seen: set = set()
+    for node in facts.function_of:
+        if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
+            seen.update(name_binding(facts, node).defs)
+    return frozenset(f for f in candidates if f not in seen)
+
+
+def _pos(node: ast.AST) -> tuple[int, int]:
+    return (node.lineno, node.col_offset)
