@@ -102,8 +102,10 @@ class GlobalGradToggle(Rule):
     after it that closes an earlier one is removed as well. Literals always map to
     `no_grad`/`enable_grad` in every form (the decorator form of rules.md does the same);
     GF205 is the matching style rule for hand-written `with torch.set_grad_enabled(False)`.
-    A single toggle that is the first statement of the function (after a docstring), with a
-    literal argument, becomes a decorator `@torch.no_grad()` / `@torch.enable_grad()`; a
+    A single toggle that is the first statement of the function (after a docstring), or a
+    pair that spans the whole body (the closer is its last statement, with no comment to keep),
+    with a literal argument, becomes a decorator `@torch.no_grad()` / `@torch.enable_grad()`
+    instead of re-indenting the body; a
     non-literal one uses the `with` form instead, because a decorator argument is evaluated
     once, when the function is defined, not at each call. The file's spelling of torch is
     kept (`T.no_grad()`, `torch.autograd.no_grad()`).
@@ -310,6 +312,28 @@ class GlobalGradToggle(Rule):
                 """Run."""
                 return model(x)
             ''',
+        ),
+        # A pair that spans the whole body -> the decorator (EDSR's `test()` shape).
+        Invalid(
+            """
+            import torch
+
+            class Trainer:
+                def test(self, loader):
+                    torch.set_grad_enabled(False)
+                    for x in loader:
+                        self.log(self.model(x))
+                    torch.set_grad_enabled(True)
+            """,
+            """
+            import torch
+
+            class Trainer:
+                @torch.no_grad()
+                def test(self, loader):
+                    for x in loader:
+                        self.log(self.model(x))
+            """,
         ),
         # A pair -> `with torch.no_grad():` around the statements between.
         Invalid(
@@ -649,8 +673,16 @@ class GlobalGradToggle(Rule):
         for opener_index, closer_index in units:
             opener = toggles[opener_index]
             stop_index = opener_index + 1 if opener_index + 1 < len(toggles) else None
+            # One toggle that starts the body, or a pair that spans it (its closer ends the body
+            # and has no comment to keep): the function itself is the scope, a decorator.
+            spans_body = len(toggles) == 1 or (
+                (opener_index, closer_index) == (0, 1)
+                and len(toggles) == 2
+                and positions[1] == len(block) - 1
+                and not _commented(facts, toggles[1].stmt)
+            )
             decorator = (
-                len(toggles) == 1
+                spans_body
                 and block is func.body
                 and opener.stmt is body_start(block)
                 and opener.mode is not None
@@ -717,7 +749,8 @@ class GlobalGradToggle(Rule):
                 raise FixError("no function for the decorator")
             rest = list(segment)
             rest[0] = rest[0].with_changes(leading_lines=[*opener.leading_lines, *rest[0].leading_lines])
-            new_body = block.with_changes(body=[*stmts[:start], *rest, *stmts[stop:]])
+            after = stmts[stop + 1 :] if plan.closer else stmts[stop:]  # the closer goes with the pair
+            new_body = block.with_changes(body=[*stmts[:start], *rest, *after])
             decorator = cst.Decorator(decorator=scoped, trailing_whitespace=opener.trailing_whitespace)
             return [Edit(func, func.with_changes(decorators=[*func.decorators, decorator], body=new_body))]
 
@@ -846,6 +879,18 @@ def _contained(facts: FileFacts, parent, field, block) -> bool:
         return True
     if isinstance(parent, (ast.With, ast.AsyncWith)):
         return any(r.owner is parent for r in facts.regions)
+    return False
+
+
+def _commented(facts: FileFacts, stmt: ast.stmt) -> bool:
+    """A comment stands on ``stmt``'s line or on the lines right above it."""
+    if "#" in facts.line_text(stmt.end_lineno)[len(facts.segment(stmt).splitlines()[-1]) :]:
+        return True
+    line = stmt.lineno - 1
+    while line >= 1 and (not (text := facts.line_text(line).strip()) or text.startswith("#")):
+        if text.startswith("#"):
+            return True
+        line -= 1
     return False
 
 

@@ -277,11 +277,12 @@ def _pair(mode: str, end: int) -> str:
             "import torch\ndef f(model, x, y):\n    with torch.no_grad():\n        a = model(x)\n    b = model(y)\n"
             "    with torch.no_grad():\n        c = model(a + b)\n    return c\n",
         ),
-        # A non-literal last toggle ending the function closes the block too.
+        # A non-literal last toggle ending the function closes the block too (here the pair
+        # spans the body: the decorator).
         (
             "import torch\ndef f(model, x, mode):\n    torch.set_grad_enabled(False)\n    out = model(x)\n    torch.set_grad_enabled(mode)\n",
             [(3, "mode", 5)],
-            "import torch\ndef f(model, x, mode):\n    with torch.no_grad():\n        out = model(x)\n",
+            "import torch\n@torch.no_grad()\ndef f(model, x, mode):\n    out = model(x)\n",
         ),
         # The closer's comment stays, at the end of the new block, without the blank line under it.
         (
@@ -298,7 +299,7 @@ def test_paired_toggles_become_with_blocks(code, closers, fixed):
         (
             line, 4,
             _pair(mode, end),
-            "Use `with torch.no_grad():`",
+            "Use `@torch.no_grad()` on `f`" if fixed.startswith("import torch\n@") else "Use `with torch.no_grad():`",
         )
         for line, mode, end in closers
     ]
