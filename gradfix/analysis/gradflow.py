@@ -39,6 +39,7 @@ from gradfix.analysis.vocabulary import (
     VIEW_METHODS,
     backward_tensor,
     framework_loss,
+    forward_callee,
     framework_method,
     is_data_iterable,
     parameter_free_loss_class,
@@ -443,6 +444,8 @@ class GradFreeAnalysis:
             inner = self.facts.qualname(func.func) if isinstance(func.func, (ast.Name, ast.Attribute)) else None
             if inner is not None and parameter_free_loss_class(inner):
                 return taint if taint is not None else arg_status()
+            if forward_callee(call) is not None:
+                return taint  # `enc.to(dev)(x)`: a module call, as `enc(x)` below
             return None
         if isinstance(func, ast.Name):
             name = func.id

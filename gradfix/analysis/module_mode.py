@@ -29,6 +29,8 @@ from gradfix.analysis.vocabulary import (
     LOOPS,
     LOSS_LIKE,
     calls_backward,
+    forward_callee,
+    module_expression,
     owner_class,
     steps_optimizer,
 )
@@ -127,7 +129,7 @@ def switch_of(call: ast.Call) -> Switch | None:
     func = call.func
     if not isinstance(func, ast.Attribute) or func.attr not in ("eval", "train"):
         return None
-    receiver = dotted_name(func.value)
+    receiver = module_expression(func.value)  # `model.to(dev).eval()` switches `model`
     if receiver is None:
         return None
     if func.attr == "eval":
@@ -172,8 +174,9 @@ def same_object(facts: FileFacts, name: str, a: ast.AST, b: ast.AST) -> bool:
 
 
 def forward_target(facts: FileFacts, call: ast.Call) -> str | None:
-    """Dotted name of the callee when the call can run a module's forward, else None."""
-    name = dotted_name(call.func)
+    """Dotted name of the module whose forward the call can run (``m(x)``, ``m.forward(x)``,
+    ``m.to(dev)(x)``: :func:`forward_callee`), else None."""
+    name = forward_callee(call)
     if name is None:
         return None
     if not call.args and not call.keywords:
@@ -211,13 +214,11 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
         # switches is kept frozen on purpose (an old model / teacher for distillation).
         trains_here = [s.receiver for s in own_switches(facts, scope) if s.mode == "train"]
         for call in own_calls(facts, scope):
-            name = dotted_name(call.func)
+            name = forward_callee(call)
             if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
                 continue
             if facts.grad_mode_at(call) == "disabled":
                 continue  # a training scope's samples or frozen teacher: not what it trains
-            if name.endswith(".forward"):
-                name = name[: -len(".forward")]
             if trains_here and not any(related(t, name) for t in trains_here):
                 continue
             if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
@@ -659,10 +660,19 @@ def modes_at(facts: FileFacts, scope, point: ast.AST, items: list[ModeItem], ent
     state = flow.at[id(stmt)]
     if stmt is point:
         return state
-    for item in items:  # what the same statement does before ``point`` (`m.eval(); m(x)` on one line)
-        if item.order and item.key < (*pos(point), 1) and innermost_statement(facts.parents, item.node) is stmt:
+    for item in items:  # what the same statement does before ``point``
+        if item.order and innermost_statement(facts.parents, item.node) is stmt and _runs_before(facts, item.node, point):
             state = item.apply(state)
     return state
+
+
+def _runs_before(facts: FileFacts, node: ast.AST, point: ast.AST) -> bool:
+    """Within one statement, ``node`` runs before ``point``: it is part of it (the callee or an
+    argument of a call: ``m.eval()(x)`` switches ``m`` before the forward), or it comes first
+    in source order and does not hold ``point`` (``helper(m(x))`` runs after ``m(x)``)."""
+    if is_descendant(facts, node, point):
+        return node is not point
+    return pos(node) < pos(point) and not is_descendant(facts, point, node)
 
 
 _TRAINISH = frozenset({TRAIN, TRAINED, UNSET})

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable
 
+from gradfix.analysis.vocabulary import MODULE_RETURNS_SELF
 
 SENSITIVE, FREE, UNKNOWN = "sensitive", "free", "unknown"
 
@@ -489,7 +490,8 @@ def _building_calls(cls: ast.ClassDef) -> list[ast.Call]:
     return calls
 
 
-_MOVES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train", "requires_grad_", "share_memory"})
+# `.eval()` is left on: what a binding's `.eval()` means is module_mode's question (`_eval_chain`).
+_MOVES = MODULE_RETURNS_SELF - {"eval"}
 
 
 def strip_moves(value: ast.AST) -> ast.AST:

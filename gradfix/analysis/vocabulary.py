@@ -11,6 +11,9 @@
 - **Caller-owned mode**: functions that run under whatever mode their caller set: ``forward``,
   ``__call__``, framework methods (Lightning ``*_step``/``on_*`` hooks, Ignite handlers,
   Accelerate/Keras-like callbacks) and hooks registered with ``register_*_hook``.
+- **Forward calls**: the module whose forward a call runs (:func:`forward_callee`): ``model(x)``,
+  ``model.forward(x)``, and a call of a chain of ``nn.Module`` methods that return the module
+  itself (``model.to(device)(x)``, ``model.cuda().eval()(x)``).
 - **Tensor provenance**: fresh constructors (``torch.zeros``...), loader batches (loop targets
   over something named like a loader), parameters (``.parameters()``), ``.data``.
 """
@@ -111,6 +114,40 @@ def acts_in_environment(facts: FileFacts, func) -> bool:
     if func is None:
         return False
     return bool(_ACTING_NAME.search(func.name)) or any(is_environment_step(c) for c in facts.calls_in(func))
+
+
+# -- forward calls ------------------------------------------------------------------------------
+
+#: ``nn.Module`` methods that return the module itself (pinned in tests/facts/test_gf302_facts.py):
+#: ``model.to(device)``, ``model.cuda()``, ``model.eval()`` are still ``model``.
+MODULE_RETURNS_SELF = frozenset(
+    {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "eval", "train", "requires_grad_", "share_memory"}
+)
+
+
+def module_expression(expr: ast.AST) -> str | None:
+    """The dotted name of the module ``expr`` evaluates to when it is a name chain, or such a
+    chain followed by methods that return the module itself: ``self.net``, ``model.to(dev)``,
+    ``model.cuda().eval()`` -> ``self.net``, ``model``, ``model``. Syntax only: whether the name
+    is a module at all is the caller's evidence to find (on a tensor, ``x.to(dev)`` is a tensor;
+    only a call of it, which a tensor cannot take, makes it a module)."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in MODULE_RETURNS_SELF:
+        expr = expr.func.value
+    return dotted_name(expr)
+
+
+def forward_callee(call: ast.Call) -> str | None:
+    """The dotted name of what ``call`` runs the forward of, if it is a module: ``m(x)`` and
+    ``m.forward(x)`` -> ``m``; ``m.to(dev)(x)``, ``m.float()(x)``, ``m.eval()(x)``,
+    ``m.cuda().forward(x)`` -> ``m``; ``self.enc(x)`` -> ``self.enc``; ``f.relu(x)`` -> ``f.relu``
+    (a name chain is returned as it is: callers ask whether it is a module, with the same evidence
+    for every form). None when the callee is no such chain (``Net()(x)``, ``fns[0](x)``)."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "forward":
+        return module_expression(func.value)
+    if isinstance(func, ast.Call):
+        return module_expression(func) if isinstance(func.func, ast.Attribute) and func.func.attr in MODULE_RETURNS_SELF else None
+    return dotted_name(func)
 
 
 # -- functions whose caller owns the mode -------------------------------------------------------

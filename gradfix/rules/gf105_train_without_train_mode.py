@@ -332,8 +332,6 @@ class TrainWithoutTrainMode(Rule):
         uses_by_module: dict[str, list[ast.AST]] = {}
         for call in own_calls(facts, scope):
             target = forward_target(facts, call)
-            if target and target.endswith(".forward"):
-                target = target[: -len(".forward")]
             if target in evaluated and facts.grad_mode_at(call) != "disabled":
                 uses_by_module.setdefault(target, []).append(call)
         # Only forwards that run before an optimizer step train: a test pass after the last

@@ -9,7 +9,7 @@ from gradfix.lazy import cst
 
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
 from gradfix.analysis.insertion import plan_no_grad
-from gradfix.analysis.module_mode import evaluated_at
+from gradfix.analysis.module_mode import evaluated_at, switches as mode_switches
 from gradfix.analysis.regions import records_no_graph
 from gradfix.analysis.statements import (
     can_wrap,
@@ -21,6 +21,7 @@ from gradfix.analysis.statements import (
     torch_reachable,
     wrap_in_no_grad,
 )
+from gradfix.analysis.vocabulary import forward_callee
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -132,9 +133,12 @@ def _is_glue(stmt: ast.stmt, bound: set[str]) -> bool:
 class EvalWithoutNoGrad(Rule):
     """
     ## What it does
-    Finds a function that puts a module in eval mode (`model.eval()`) and then calls the
-    module (`model(x)`) with grad mode on, in a function that never computes gradients (no
-    `.backward()`, `torch.autograd.grad`, `.requires_grad_()`, `.grad`, optimizer `.step()`).
+    Finds a function that puts a module in eval mode (`model.eval()`, `model.to(dev).eval()`)
+    and then runs its forward (`model(x)`, `model.forward(x)`, or a call of a chain of methods
+    that return the module itself: `model.to(dev)(x)`, `model.float()(x)`, `model.eval()(x)`)
+    with grad mode on, in a function that never computes gradients (no `.backward()`,
+    `torch.autograd.grad`, `.requires_grad_()`, `.grad`, optimizer `.step()`). A `.train()`
+    anywhere in that chain (`model.train().to(dev)(x)`) puts it back in train mode first.
 
     ## Why is this bad?
     `model.eval()` only switches dropout and batch norm to inference behaviour; it does not
@@ -373,8 +377,87 @@ class EvalWithoutNoGrad(Rule):
                 return norm(x)
             """
         ),
+        # `.train()` in the callee chain runs before the forward: back in train mode.
+        Valid(
+            """
+            def step(model, x, dev):
+                model.eval()
+                return model.train().to(dev)(x)
+            """
+        ),
+        # Another module called through `.to(dev)`; `x.to(dev)` moves a tensor, no forward.
+        Valid(
+            """
+            def embed(model, head, x, dev):
+                model.eval()
+                x = x.to(dev)
+                return head.to(dev)(x)
+            """
+        ),
     ]
     INVALID = [
+        # `model.forward(x)` is a forward call as `model(x)` is.
+        Invalid(
+            """
+            import torch as T
+
+            def features(model, x):
+                model.eval()
+                return model.forward(x).flatten(1)
+            """,
+            """
+            import torch as T
+
+            @T.no_grad()
+            def features(model, x):
+                model.eval()
+                return model.forward(x).flatten(1)
+            """,
+        ),
+        # A call of a method chain that returns the module (`.to()`, `.float()`): its forward.
+        Invalid(
+            """
+            import torch
+            def score(lstm, batches, device, log):
+                lstm.eval()
+                outs = []
+                for x in batches:
+                    outs.append(lstm.to(device).float()(x))
+                log.write("scored")
+                return outs
+            """,
+            """
+            import torch
+            def score(lstm, batches, device, log):
+                lstm.eval()
+                outs = []
+                with torch.no_grad():
+                    for x in batches:
+                        outs.append(lstm.to(device).float()(x))
+                log.write("scored")
+                return outs
+            """,
+        ),
+        # `model.eval()(x)` switches, then calls; `net.cuda().eval()` switches `net`.
+        Invalid(
+            """
+            import torch
+            def compare(model, net, x):
+                net.cuda().eval()
+                a = model.eval()(x)
+                b = net(x.cuda())
+                return a, b
+            """,
+            """
+            import torch
+            @torch.no_grad()
+            def compare(model, net, x):
+                net.cuda().eval()
+                a = model.eval()(x)
+                b = net(x.cuda())
+                return a, b
+            """,
+        ),
         # A scripted copy keeps the eval mode (timm's test_model_forward_torchscript).
         Invalid(
             """
@@ -630,10 +713,10 @@ class EvalWithoutNoGrad(Rule):
         if self._toggles_grad_globally(facts):
             return
         switches_by_func: dict = {}  # function -> [(position, "eval"/"train", receiver, call)]
-        for m in facts.method_calls:
-            if m.method in ("eval", "train") and m.receiver and not (m.method == "eval" and m.call.args):
-                func = facts.function_of.get(m.call)
-                switches_by_func.setdefault(func, []).append(((m.call.lineno, m.call.col_offset), m.method, m.receiver, m.call))
+        for s in mode_switches(facts):  # `model.eval()`, `model.to(dev).eval()`, `model.train(...)`
+            func = facts.function_of.get(s.call)
+            method = s.call.func.attr
+            switches_by_func.setdefault(func, []).append(((s.call.lineno, s.call.col_offset), method, s.receiver, s.call))
         callers = None
         for func, switches in switches_by_func.items():
             if func is None or isinstance(func, ast.Lambda) or not any(s[1] == "eval" for s in switches):
@@ -651,7 +734,7 @@ class EvalWithoutNoGrad(Rule):
             callers = self._calls_by_name(facts) if callers is None else callers
             if any(facts.regions_around(c) for c in callers.get(name, ())) or feeds_training(facts, func):
                 continue
-            modules = list(dict.fromkeys(dotted_name(c.func) for c in calls))
+            modules = list(dict.fromkeys(forward_callee(c) for c in calls))
             switch = min((s for s in switches if s[1] == "eval" and s[2] in modules), key=lambda s: s[0])[3]
             run = smallest_run(facts, func, calls)
             groups = _split_at_unrelated(facts, run, calls) if run is not None else []
@@ -722,14 +805,17 @@ class EvalWithoutNoGrad(Rule):
 
     @staticmethod
     def _forward_calls_in_eval_mode(facts, func, receivers: set[str]) -> list[ast.Call]:
-        """Calls ``m(...)`` in ``func``, outside any grad region, that some path reaches with ``m``
-        (one of ``receivers``) in the eval mode ``func`` set (gradfix/analysis/module_mode.py):
-        not after an ``m.train()`` or a fresh binding of ``m`` on every path since."""
+        """Forward calls of ``m`` (``m(x)``, ``m.forward(x)``, ``m.to(dev)(x)``: :func:`forward_callee`)
+        in ``func``, outside any grad region, that some path reaches with ``m`` (one of
+        ``receivers``) in the eval mode ``func`` set (gradfix/analysis/module_mode.py): not after
+        an ``m.train()`` or a fresh binding of ``m`` on every path since."""
         found = []
         for node in own_nodes(func):
-            if isinstance(node, ast.Call) and dotted_name(node.func) in receivers and not facts.regions_around(node):
-                if evaluated_at(facts, func, dotted_name(node.func), node):
-                    found.append(node)
+            if not isinstance(node, ast.Call) or facts.regions_around(node):
+                continue
+            module = forward_callee(node)
+            if module in receivers and evaluated_at(facts, func, module, node):
+                found.append(node)
         return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 
     def fix(self, finding, ctx):

@@ -55,3 +55,46 @@ def test_a_scripted_module_keeps_eval_mode():
     assert not scripted.training
     x = torch.randn(3, 4)
     assert torch.equal(scripted(x), scripted(x))  # dropout off
+
+
+def _call_with_args(module, method):
+    """Call the nn.Module method ``method`` with arguments it takes on a CPU-only machine."""
+    args = {"to": ("cpu",), "train": (False,), "requires_grad_": (True,)}.get(method, ())
+    return getattr(module, method)(*args)
+
+
+def test_the_module_returning_methods_gradfix_strips_return_the_module_itself():
+    """`model.to(dev)(x)`, `model.float()(x)`, `model.eval()(x)` run `model`'s forward: every
+    method in vocabulary.MODULE_RETURNS_SELF hands back the very module (``cuda`` by its
+    source: it returns ``self._apply(..)``, which returns ``self``)."""
+    import inspect
+
+    from gradfix.analysis.vocabulary import MODULE_RETURNS_SELF
+
+    for method in sorted(MODULE_RETURNS_SELF):
+        net = _net()
+        if method == "cuda" and not torch.cuda.is_available():
+            assert inspect.getsource(torch.nn.Module.cuda).rstrip().endswith("return self._apply(lambda t: t.cuda(device))")
+            assert inspect.getsource(torch.nn.Module._apply).rstrip().endswith("return self")
+            continue
+        assert _call_with_args(net, method) is net, method
+    # A tensor's `.to()`/`.float()` is a tensor, which cannot be called: a call of such a chain is a module's.
+    t = torch.randn(2)
+    assert not callable(t.to("cpu")) and not callable(t.float())
+    assert callable(_net().to("cpu"))
+
+
+def test_forward_and_a_moved_module_record_a_graph_in_eval_mode_like_a_plain_call():
+    """`model.forward(x)` and `model.to(dev)(x)` are evaluations as `model(x)` is: eval mode
+    still records a graph, and `no_grad` gives the same values without one."""
+    net, x = _net(), torch.randn(6, 4)
+    net.eval()
+    for out in (net.forward(x), net.to("cpu")(x), net.float()(x), net.eval()(x)):
+        assert out.requires_grad and out.grad_fn is not None
+        assert torch.equal(out, net(x))
+    with torch.no_grad():
+        quiet = net.to("cpu")(x)
+    assert not quiet.requires_grad and torch.equal(quiet, net(x).detach())
+    fresh = _net()
+    fresh.eval()(x)  # `.eval()(x)` switches the module before its forward runs, for good
+    assert not fresh.training
