@@ -31,6 +31,15 @@ _INPLACE = frozenset(
     sigmoid_ tanh_ relu_ fill_diagonal_ addmm_ addmv_ addr_ baddbmm_ addbmm_ mean_ reciprocal_
     """.split()
 )
+# torch functions that build a tensor from sizes: their `requires_grad=False` default reaches
+# an `out=` tensor, so under `no_grad` `torch.zeros(3, out=p)` turns `p.requires_grad` off and
+# `torch.randn(3, out=p)` raises (pinned in tests/facts/test_gf304_out_facts.py, with the list).
+_FACTORIES = frozenset(
+    """
+    arange empty eye full linspace logspace normal ones ones_like rand randint randn randperm range
+    zeros zeros_like fft.fftfreq fft.rfftfreq
+    """.split()
+)
 # Receivers that are surely parameters, buffers or gradients (by the usual names).
 _PARAM_NAME = re.compile(r"param|weight|bias|grad|theta|running_(mean|var)|^(p|w|W|b)\d*$", re.IGNORECASE)
 # A for-loop over these is a loop over parameters.
@@ -58,14 +67,35 @@ def _data_attribute(expr: ast.expr) -> ast.Attribute | None:
     return None
 
 
-def _written_data(stmt: ast.stmt) -> ast.Attribute | None:
-    """The ``X.data`` that ``stmt`` writes through, if it does."""
+def _out_keyword(facts, call: ast.Call) -> ast.expr | None:
+    """The ``out=`` argument of a call of a torch function (``torch.add(a, b, out=p.data)``,
+    ``T.clamp(..)``, ``from torch import add``), which it writes in place."""
+    out = next((k.value for k in call.keywords if k.arg == "out"), None)
+    if out is None or not (facts.call_qualname(call) or "").startswith("torch."):
+        return None
+    return out
+
+
+def _factory_write(facts, stmt: ast.stmt) -> bool:
+    """``stmt`` writes ``out=`` of a factory (``torch.randn(3, out=w.data)``): see _FACTORIES."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if not isinstance(call, ast.Call) or _out_keyword(facts, call) is None:
+        return False
+    return facts.call_qualname(call).removeprefix("torch.") in _FACTORIES
+
+
+def _written_data(facts, stmt: ast.stmt) -> ast.Attribute | None:
+    """The ``X.data`` that ``stmt`` writes through, if it does: an in-place method on it, the
+    ``out=`` of a torch function, an augmented assignment, an item assignment."""
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
         expr = stmt.value
         inplace = 0
         while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _INPLACE:
             expr, inplace = expr.func.value, inplace + 1
-        return _data_attribute(expr) if inplace else None
+        if inplace:
+            return _data_attribute(expr)
+        out = _out_keyword(facts, stmt.value)
+        return _data_attribute(out) if out is not None else None
     if isinstance(stmt, ast.AugAssign):
         return _data_attribute(stmt.target)
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
@@ -174,7 +204,8 @@ class DataMutation(Rule):
     ## What it does
     Finds in-place writes through `.data`: `p.data.copy_(..)`, `p.data.add_(..)`,
     `p.data.mul_(..)`, `p.data.zero_()`, `p.data.normal_(..)`, `p.data[i] = v`,
-    `p.data -= lr * g`, on parameters, buffers and gradients.
+    `p.data -= lr * g`, and the `out=` of a torch function (`torch.add(a, b, out=p.data)`,
+    `torch.clamp(w.data, -1, 1, out=w.data)`), on parameters, buffers and gradients.
 
     ## Why is this bad?
     `.data` is an alias that autograd does not track: writes through it skip the version
@@ -229,6 +260,19 @@ class DataMutation(Rule):
     not reported.
     Rebinding `.data` (`w.data = w.data[:, keep]`, a shape change) and reading it are not
     flagged.
+
+    An `out=` write becomes `torch.add(a, b, out=p)` inside the block: outside `no_grad`,
+    `out=` a tensor that requires grad raises (`functions with out=... arguments don't support
+    automatic differentiation`); inside it the values are the same and `p` stays a leaf
+    parameter (pinned in `tests/facts/test_gf304_out_facts.py`). When the result has another
+    shape than `p`, `out=p.data` resizes only the alias while `out=p` resizes `p` (torch warns
+    about both). The `out=` of a factory that builds a tensor from sizes (`torch.randn(3,
+    out=w.data)`, `zeros`, `full`, `arange`, `normal(mean, std, size)`...) is reported without
+    a fix: its `requires_grad=False` default reaches the `out=` tensor, so under `no_grad`
+    `torch.zeros(3, out=w)` silently turns `w.requires_grad` off (and `torch.randn` raises);
+    write `w.normal_()` / `w.zero_()` under `no_grad` instead. An `out=` write whose result is
+    also bound (`y = torch.add(a, b, out=p.data)`) is not flagged, as `y = p.data.add_(1)` is
+    not: the fix would change what `y` is.
     """
 
     code = "GF304"
@@ -318,8 +362,67 @@ class DataMutation(Rule):
                 return lap
             """
         ),
+        # `out=` of a NumPy function, and of a torch function into an ordinary attribute.
+        Valid(
+            """
+            import numpy as np
+            import torch
+            class Buf:
+                def fill(self, a, b, weight):
+                    np.add(a, b, out=weight.data)
+                    torch.add(a, b, out=self.data)
+            """
+        ),
     ]
     INVALID = [
+        # `out=` writes in place as an in-place method does; the `.data` operands go too.
+        Invalid(
+            """
+            import torch as T
+
+            def sgd(model, lr):
+                for p in model.parameters():
+                    T.add(p.data, p.grad.data, alpha=-lr, out=p.data)
+            """,
+            """
+            import torch as T
+
+            @T.no_grad()
+            def sgd(model, lr):
+                for p in model.parameters():
+                    T.add(p, p.grad, alpha=-lr, out=p)
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch import clamp
+
+            def clip(model, log):
+                clamp(model.weight.data, -1, 1, out=model.weight.data)
+                log.write("clipped")
+                return model
+            """,
+            """
+            import torch
+            from torch import clamp
+
+            def clip(model, log):
+                with torch.no_grad():
+                    clamp(model.weight, -1, 1, out=model.weight)
+                log.write("clipped")
+                return model
+            """,
+        ),
+        # A factory's `out=` (its `requires_grad=False` would reach `w`): reported without a fix.
+        Invalid(
+            """
+            import torch
+            def reinit(w):
+                torch.randn(3, 4, out=w.data)
+            """,
+            None,
+        ),
         Invalid(
             """
             import torch
@@ -641,7 +744,7 @@ class DataMutation(Rule):
         to_wrap: list[tuple[ast.stmt, ast.Attribute]] = []
         for func in [None, *facts.functions]:
             for stmt in facts.statements(func):
-                attr = _written_data(stmt)
+                attr = _written_data(facts, stmt)
                 if attr is None:
                     continue
                 kind = "other" if _mapping_key(facts, stmt, attr) else _receiver_kind(facts, attr.value)
@@ -650,15 +753,16 @@ class DataMutation(Rule):
                 receiver = facts.segment(attr.value)
                 disabled = facts.grad_mode_at(stmt) == "disabled"
                 wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt)
-                if kind == "param" and not disabled and wrappable:
+                factory = _factory_write(facts, stmt)
+                if kind == "param" and not disabled and wrappable and not factory:
                     if not _suppressed(self.report(facts, stmt, ""), facts.lines):
                         to_wrap.append((stmt, attr))
                     continue
-                fixable = kind == "param" and disabled
+                fixable = kind == "param" and disabled and not factory
                 yield self.report(
                     facts,
                     stmt,
-                    self._message(receiver),
+                    self._message(receiver) + ("; no fix: a factory's `out=` clears `requires_grad`" if factory else ""),
                     fix=fixable,
                     fix_title="Drop `.data` (already in a grad-disabled region)",
                     data=("drop", facts.span(attr)) if fixable else None,
