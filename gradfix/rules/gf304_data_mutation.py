@@ -762,7 +762,8 @@ class DataMutation(Rule):
                 yield self.report(
                     facts,
                     stmt,
-                    self._message(receiver) + ("; no fix: a factory's `out=` clears `requires_grad`" if factory else ""),
+                    self._message(receiver),
+                    no_fix="a factory's `out=` on the tensor itself would clear its `requires_grad`" if factory else None,
                     fix=fixable,
                     fix_title="Drop `.data` (already in a grad-disabled region)",
                     data=("drop", facts.span(attr)) if fixable else None,

@@ -58,7 +58,8 @@ def test_an_ignore_comment_keeps_the_write():
 def test_a_factory_out_write_is_reported_without_a_fix_even_under_no_grad(call):
     source = f"import torch\n\ndef reinit(w):\n    {call}\n"
     [finding] = check(source, settings=SETTINGS)
-    assert not finding.fix and finding.message.endswith("no fix: a factory's `out=` clears `requires_grad`")
+    assert not finding.fix and finding.message == "in-place write through `.data` of `w` bypasses autograd's version checks"
+    assert finding.no_fix == "a factory's `out=` on the tensor itself would clear its `requires_grad`"
     under = f"import torch\n\ndef reinit(w):\n    with torch.no_grad():\n        {call}\n"
     assert _found(under) == [(5, False)]
 
