@@ -76,9 +76,22 @@ def _out_keyword(facts, call: ast.Call) -> ast.expr | None:
     return out
 
 
+def _written_call(stmt: ast.stmt) -> tuple[ast.expr, int] | None:
+    """For an expression statement, the expression under its chain of in-place methods and
+    how many there are: ``p.data.add_(1).clamp_(0, 1)`` -> (``p.data``, 2)."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+        return None
+    expr, inplace = stmt.value, 0
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _INPLACE:
+        expr, inplace = expr.func.value, inplace + 1
+    return expr, inplace
+
+
 def _factory_write(facts, stmt: ast.stmt) -> bool:
-    """``stmt`` writes ``out=`` of a factory (``torch.randn(3, out=w.data)``): see _FACTORIES."""
-    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    """``stmt`` writes ``out=`` of a factory (``torch.randn(3, out=w.data)``, also followed by
+    ``.mul_(s)``): see _FACTORIES."""
+    found = _written_call(stmt)
+    call = found[0] if found else None
     if not isinstance(call, ast.Call) or _out_keyword(facts, call) is None:
         return False
     return facts.call_qualname(call).removeprefix("torch.") in _FACTORIES
@@ -86,16 +99,15 @@ def _factory_write(facts, stmt: ast.stmt) -> bool:
 
 def _written_data(facts, stmt: ast.stmt) -> ast.Attribute | None:
     """The ``X.data`` that ``stmt`` writes through, if it does: an in-place method on it, the
-    ``out=`` of a torch function, an augmented assignment, an item assignment."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        expr = stmt.value
-        inplace = 0
-        while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _INPLACE:
-            expr, inplace = expr.func.value, inplace + 1
-        if inplace:
-            return _data_attribute(expr)
-        out = _out_keyword(facts, stmt.value)
-        return _data_attribute(out) if out is not None else None
+    ``out=`` of a torch function (``torch.add(a, b, out=p.data)``, ``torch.randn(n,
+    out=p.data).mul_(s)``), an augmented assignment, an item assignment."""
+    found = _written_call(stmt)
+    if found is not None:
+        expr, inplace = found
+        out = _out_keyword(facts, expr) if isinstance(expr, ast.Call) else None
+        if out is not None:
+            return _data_attribute(out)
+        return _data_attribute(expr) if inplace else None
     if isinstance(stmt, ast.AugAssign):
         return _data_attribute(stmt.target)
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Subscript):
@@ -205,7 +217,8 @@ class DataMutation(Rule):
     Finds in-place writes through `.data`: `p.data.copy_(..)`, `p.data.add_(..)`,
     `p.data.mul_(..)`, `p.data.zero_()`, `p.data.normal_(..)`, `p.data[i] = v`,
     `p.data -= lr * g`, and the `out=` of a torch function (`torch.add(a, b, out=p.data)`,
-    `torch.clamp(w.data, -1, 1, out=w.data)`), on parameters, buffers and gradients.
+    `torch.clamp(w.data, -1, 1, out=w.data)`, `torch.add(.., out=p.data).clamp_(0, 1)`), on
+    parameters, buffers and gradients.
 
     ## Why is this bad?
     `.data` is an alias that autograd does not track: writes through it skip the version

@@ -88,3 +88,14 @@ def test_left_alone(body):
 def test_unknown_receiver_and_star_imported_torch():
     assert _found("import torch\n\ndef f(h, a):\n    torch.add(a, 1, out=h.data)\n") == [(4, False)]
     assert _found("from helpers import *\n\ndef f(w, a):\n    torch.add(a, 1, out=w.data)\n") == []
+
+
+def test_an_out_write_followed_by_in_place_methods():
+    """`torch.randn(n, out=p.data).mul_(s)` (a factory: no fix) and `torch.add(.., out=p.data).clamp_(..)`."""
+    source = (
+        "import torch\n\n"
+        "def reset(model, sigma):\n    for p in model.parameters():\n        torch.randn(p.size(), out=p.data).mul_(sigma)\n\n"
+        "def step(model, v):\n    for p, q in zip(model.parameters(), v):\n        torch.add(p.data, q, out=p.data).clamp_(-1, 1)\n"
+    )
+    assert _found(source) == [(5, False), (9, True)]
+    assert "        torch.add(p, q, out=p).clamp_(-1, 1)\n" in fix(source, settings=SETTINGS)
