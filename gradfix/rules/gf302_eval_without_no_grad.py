@@ -355,6 +355,17 @@ class EvalWithoutNoGrad(Rule):
                 assert model(x).allclose(out)
             """
         ),
+        # `torch.utils.checkpoint` called by its bare name: the same test, the same need.
+        Valid(
+            """
+            import torch
+            from torch.utils.checkpoint import checkpoint
+            def test_checkpointed(model, x):
+                model.eval()
+                out = model(x)
+                assert torch.allclose(checkpoint(model, x, use_reentrant=False), out)
+            """
+        ),
         # A project decorator that turns grad off (yolov5's `@smart_inference_mode()`).
         Valid(
             """
