@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable
 
-from gradfix.analysis.vocabulary import MODULE_RETURNS_SELF
-
 SENSITIVE, FREE, UNKNOWN = "sensitive", "free", "unknown"
 
 # torch.nn layers that compute the same thing in train and eval mode (pinned in
@@ -490,6 +488,12 @@ def _building_calls(cls: ast.ClassDef) -> list[ast.Call]:
     return calls
 
 
+#: ``nn.Module`` methods that return the module itself (pinned in tests/facts/test_gf302_facts.py):
+#: ``model.to(device)``, ``model.cuda()``, ``model.eval()`` are still ``model``. Defined here, not
+#: in vocabulary.py (which re-exports it), so that a warm cached run imports no gradfix.facts.
+MODULE_RETURNS_SELF = frozenset(
+    {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "eval", "train", "requires_grad_", "share_memory"}
+)
 # `.eval()` is left on: what a binding's `.eval()` means is module_mode's question (`_eval_chain`).
 _MOVES = MODULE_RETURNS_SELF - {"eval"}
 

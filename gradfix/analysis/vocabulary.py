@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 
+from gradfix.analysis.project import MODULE_RETURNS_SELF  # nn.Module methods that return the module
 from gradfix.facts import FileFacts, dotted_name
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -117,12 +118,6 @@ def acts_in_environment(facts: FileFacts, func) -> bool:
 
 
 # -- forward calls ------------------------------------------------------------------------------
-
-#: ``nn.Module`` methods that return the module itself (pinned in tests/facts/test_gf302_facts.py):
-#: ``model.to(device)``, ``model.cuda()``, ``model.eval()`` are still ``model``.
-MODULE_RETURNS_SELF = frozenset(
-    {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "eval", "train", "requires_grad_", "share_memory"}
-)
 
 
 def module_expression(expr: ast.AST) -> str | None:
