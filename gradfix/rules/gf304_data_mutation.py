@@ -79,7 +79,7 @@ def _out_keyword(facts, call: ast.Call) -> ast.expr | None:
 def _written_call(stmt: ast.stmt) -> tuple[ast.expr, int] | None:
     """For an expression statement, the expression under its chain of in-place methods and
     how many there are: ``p.data.add_(1).clamp_(0, 1)`` -> (``p.data``, 2)."""
-    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
+    if not isinstance(stmt, ast.Expr):
         return None
     expr, inplace = stmt.value, 0
     while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _INPLACE:
