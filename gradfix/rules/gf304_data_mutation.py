@@ -214,7 +214,11 @@ class DataMutation(Rule):
     whose branches only write (the weight-init loop over `model.modules()`) and a loop whose
     body only writes go in whole when the rest of them computes nothing that could need a
     graph (`if p.grad is None: continue`, `isinstance(m, nn.Conv2d)`, `n = m.kernel_size[0] *
-    m.out_channels`, logging) and nothing they compute is read after the block; consecutive
+    m.out_channels`, logging) and nothing they compute is read after the block; writes
+    separated only by such statements, by fresh tensors built without `requires_grad=` (`b =
+    torch.zeros(n)`) or by integer offsets (`ptr += w.numel()`) share one block, and those two
+    may be read after it (the same values under `no_grad`, pinned in
+    `tests/facts/test_gf304_facts.py`); consecutive
     loops like that share one `with`; and a function whose whole body would be wrapped (but a
     `return` of an argument) gets `@torch.no_grad()` instead, unless it is a generator or
     coroutine. A loop that also runs a forward pass or a backward keeps them outside the block.
@@ -558,7 +562,28 @@ class DataMutation(Rule):
                     self.fc = nn.Linear(2, 2)
             """,
         ),
-        # A value computed in the loop is read after it: only the write is wrapped.
+        # A tensor computed in the loop is read after it (under `no_grad` it would have no
+        # history): only the write is wrapped.
+        Invalid(
+            """
+            import torch
+            def init(model):
+                for m in model.modules():
+                    ref = m.weight * 2
+                    m.weight.data.normal_(0, 1)
+                return ref
+            """,
+            """
+            import torch
+            def init(model):
+                for m in model.modules():
+                    ref = m.weight * 2
+                    with torch.no_grad():
+                        m.weight.normal_(0, 1)
+                return ref
+            """,
+        ),
+        # An integer read after the loop is the same under `no_grad`: the loop goes in whole.
         Invalid(
             """
             import torch
@@ -571,9 +596,9 @@ class DataMutation(Rule):
             """
             import torch
             def init(model):
-                for m in model.modules():
-                    n = m.weight.size(1) * 2
-                    with torch.no_grad():
+                with torch.no_grad():
+                    for m in model.modules():
+                        n = m.weight.size(1) * 2
                         m.weight.normal_(0, 1 / n)
                 return n
             """,
@@ -651,6 +676,39 @@ class DataMutation(Rule):
                     model(x).sum().backward()
                     with torch.no_grad():
                         model.weight.clamp_(0, 1)
+            """,
+        ),
+        # A set-up section: fresh tensors (no `requires_grad=`) and an integer offset between
+        # the writes give the same values under `no_grad`, so one `with` holds the section.
+        Invalid(
+            """
+            import torch
+            def load(conv, weights, ptr):
+                n = conv.weight.numel()
+                w = torch.from_numpy(weights[ptr:ptr + n]).view_as(conv.weight)
+                conv.weight.data.copy_(w)
+                b = torch.zeros(conv.out_channels)
+                conv.bias.data.copy_(b)
+                offset = 0
+                offset += n
+                if conv.bias is not None:
+                    conv.bias.data.add_(1)
+                print(b, offset)
+            """,
+            """
+            import torch
+            def load(conv, weights, ptr):
+                n = conv.weight.numel()
+                w = torch.from_numpy(weights[ptr:ptr + n]).view_as(conv.weight)
+                with torch.no_grad():
+                    conv.weight.copy_(w)
+                    b = torch.zeros(conv.out_channels)
+                    conv.bias.copy_(b)
+                    offset = 0
+                    offset += n
+                    if conv.bias is not None:
+                        conv.bias.add_(1)
+                print(b, offset)
             """,
         ),
         # A `.grad` does not require grad: `.data` goes, no `with` (torch's optimizers write

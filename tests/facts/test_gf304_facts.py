@@ -201,3 +201,18 @@ def test_after_create_graph_a_grad_requires_grad_and_in_place_on_it_is_recorded(
         with torch.no_grad():
             p.grad.mul_(2)
         assert p.grad.grad_fn is before
+
+
+def test_a_fresh_constructor_gives_the_same_tensor_under_no_grad():
+    """Why a set-up section's `b = torch.randn(2)` may join the `with` around the writes next to
+    it and be read after it: with no `requires_grad=`, a constructor builds a tensor without
+    history either way."""
+    torch.manual_seed(0)
+    outside = [torch.randn(2, 3), torch.zeros(4), torch.arange(5), torch.ones(2)]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        inside = [torch.randn(2, 3), torch.zeros(4), torch.arange(5), torch.ones(2)]
+    for a, b in zip(outside, inside):
+        assert torch.equal(a, b)
+        assert not a.requires_grad and not b.requires_grad and a.is_leaf and b.is_leaf
+        assert (a * 2).requires_grad is (b * 2).requires_grad is False
