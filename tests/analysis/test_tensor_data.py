@@ -173,3 +173,25 @@ def test_a_file_with_a_data_holder_class_still_trains_torch_parameters():
     assert _lines(holder + module + loop) == [10]
     # A bare argument nothing ties to torch: as likely a `Holder` as a tensor.
     assert _lines(holder + "def f(w):\n    w.data.zero_()\n") == []
+
+
+@pytest.mark.parametrize(
+    "write, bare",
+    [
+        ("p.grad.data.zero_()", True),
+        ("p.grad.data.mul_(1. / scaler.loss_scale)", True),
+        ("p.grad.data.clamp_(-clip, clip)", True),
+        ("p.grad.data[mask] = 0", True),
+        ("p.grad.data.add_(p.data.sign(), alpha=0.1)", True),
+        ("p.grad.data.div_(float(world_size))", True),
+        ("p.grad.data.add_(p, alpha=0.1)", False),  # the parameter itself requires grad
+        ("p.grad.data.add_(model.weight)", False),  # so does another parameter
+        ("p.grad.data.add_(noise(p))", False),  # an unknown call may return a graph
+        ("p.grad.data.copy_(g)", False),  # `g` is bound by the loop over parameters
+    ],
+)
+def test_a_grad_write_loses_its_with_only_when_no_operand_may_require_grad(write, bare):
+    code = f"import torch\ndef f(model, mask, clip, scaler, world_size, noise):\n    for p, g in zip(model.parameters(), model.parameters()):\n        {write}\n"
+    fixed = fix(code, "m.py", Settings(select=("GF304",), unsafe_fixes=True))
+    assert ".data" not in fixed.split("\n")[-2] or "p.data" in write
+    assert ("no_grad" not in fixed) is bare
