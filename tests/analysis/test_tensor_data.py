@@ -188,6 +188,7 @@ def test_a_file_with_a_data_holder_class_still_trains_torch_parameters():
         ("p.grad.data.add_(model.weight)", False),  # so does another parameter
         ("p.grad.data.add_(noise(p))", False),  # an unknown call may return a graph
         ("p.grad.data.copy_(g)", False),  # `g` is bound by the loop over parameters
+        ("p.grad.data.add_(*mask)", False),  # unpacked: what it holds is not seen
     ],
 )
 def test_a_grad_write_loses_its_with_only_when_no_operand_may_require_grad(write, bare):
