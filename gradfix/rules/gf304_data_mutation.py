@@ -1012,41 +1012,63 @@ def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
     return all(_grad_free(facts, e, owner_name) for e in operands)
 
 
-def _grad_free(facts, expr: ast.AST, owner: str | None) -> bool:
+def _grad_free(facts, expr: ast.AST, owner: str | None, seen: frozenset = frozenset()) -> bool:
     """Whether ``expr`` surely does not require grad: constants, ``.data``/``.grad`` reads and
-    what is computed from them with torch functions, builtins or methods, and names or
-    attributes that are not parameter-like (``lr``, ``group['lr']``, ``clip_coef``). Not: the
-    ``.grad``'s owner (``p`` in ``p.grad.data.add_(wd, p)``), a parameter-like name, a call of
-    something else (``model(x)``)."""
+    what is computed from them with torch or ``math`` functions, number builtins or methods;
+    arguments and globals that are not parameter-like (``lr``, ``group['lr']``, ``clip``: by
+    convention numbers); local names every assignment of which is such a value. Not: the
+    ``.grad``'s owner (``p`` in ``p.grad.data.add_(wd, p)``), a parameter-like name, a name bound
+    by a loop or from anything else (``v = updates[p]``), a call of something else
+    (``model(x)``)."""
+    free = lambda e: _grad_free(facts, e, owner, seen)  # noqa: E731
     if isinstance(expr, ast.Constant):
         return True
     if isinstance(expr, ast.Attribute) and expr.attr in ("data", "grad"):
         return True
     if isinstance(expr, ast.Call):
         func = expr.func
-        if isinstance(func, ast.Attribute) and (facts.qualname(func) or "").startswith("torch."):
+        if (facts.qualname(func) or "").startswith(("torch.", "math.")):
             pass
         elif isinstance(func, ast.Attribute):
-            if not _grad_free(facts, func.value, owner):
+            if not free(func.value):
                 return False
         elif not (isinstance(func, ast.Name) and func.id in _NUMBER_BUILTINS and facts.resolve_name(func.id, expr) is None):
             return False
-        return all(_grad_free(facts, a, owner) for a in (*expr.args, *(k.value for k in expr.keywords)))
+        return all(free(a) for a in (*expr.args, *(k.value for k in expr.keywords)))
     if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript)):
         root = expr
         while isinstance(root, (ast.Attribute, ast.Subscript)):
             root = root.value
         if isinstance(root, ast.Name) and root.id == owner:
             return False
-        if isinstance(expr, ast.Subscript) and not _grad_free(facts, expr.slice, owner):
+        if isinstance(expr, ast.Subscript) and not free(expr.slice):
             return False
         name = _last_name(expr)
         if name is not None and _PARAM_NAME.search(name):
             return False
-        return not (isinstance(expr, ast.Name) and _loop_over_parameters(facts, expr.id, expr))
+        return not isinstance(root, ast.Name) or _free_name(facts, root, owner, seen)
     if isinstance(expr, (ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Slice)):
-        return all(_grad_free(facts, c, owner) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr))
+        return all(free(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr))
     return False
+
+
+def _free_name(facts, name: ast.Name, owner: str | None, seen: frozenset) -> bool:
+    """A name read as an operand of a ``.grad`` write: an argument or global (not bound in the
+    function), or a local every reaching assignment of which gives a grad-free value."""
+    from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
+
+    func = facts.function_of.get(name)
+    if isinstance(func, ast.Lambda) or _loop_over_parameters(facts, name.id, name):
+        return False
+    definitions = reaching_definitions(facts, func).reaching.get(name) or frozenset({UNKNOWN})
+    for definition in definitions:
+        if definition is UNKNOWN:
+            continue  # an argument, a global: a hyperparameter by convention
+        if definition.kind != "assign" or definition in seen or definition.value is None:
+            return False
+        if not _grad_free(facts, definition.value, owner, seen | {definition}):
+            return False
+    return True
 
 
 def _returns_argument(func, stmt: ast.stmt) -> bool:
