@@ -196,3 +196,14 @@ def test_a_grad_write_loses_its_with_only_when_no_operand_may_require_grad(write
     fixed = fix(code, "m.py", Settings(select=("GF304",), unsafe_fixes=True))
     assert ".data" not in fixed.split("\n")[-2] or "p.data" in write
     assert ("no_grad" not in fixed) is bare
+
+
+def test_a_local_operand_of_a_grad_write_is_followed_to_its_assignments():
+    settings = Settings(select=("GF304",), unsafe_fixes=True)
+    head = "import math\nimport torch\ndef f(model, updates, clip, total):\n"
+    number = head + "    nu = min(1.0, math.sqrt(clip / total))\n    for p in model.parameters():\n        p.grad.data.mul_(nu)\n"
+    assert "no_grad" not in fix(number, "m.py", settings)
+    looked_up = head + "    for p in model.parameters():\n        v = updates[p]\n        p.grad.data.copy_(v)\n"
+    assert "no_grad" in fix(looked_up, "m.py", settings)  # `updates[p]` may be anything
+    looped = head + "    for p, v in zip(model.parameters(), updates):\n        p.grad.data.copy_(v)\n"
+    assert "no_grad" in fix(looped, "m.py", settings)
