@@ -1015,8 +1015,9 @@ def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
 def _grad_free(facts, expr: ast.AST, owner: str | None, seen: frozenset = frozenset()) -> bool:
     """Whether ``expr`` surely does not require grad: constants, ``.data``/``.grad`` reads and
     what is computed from them with torch or ``math`` functions, number builtins or methods;
-    arguments and globals that are not parameter-like (``lr``, ``group['lr']``, ``clip``: by
-    convention numbers); local names every assignment of which is such a value. Not: the
+    arguments, globals and attributes or items that are not parameter-like (``lr``,
+    ``group['lr']``, ``scaler.loss_scale``: by convention numbers); local names every
+    assignment of which is such a value. Not: the
     ``.grad``'s owner (``p`` in ``p.grad.data.add_(wd, p)``), a parameter-like name, a name bound
     by a loop or from anything else (``v = updates[p]``), a call of something else
     (``model(x)``)."""
@@ -1046,7 +1047,9 @@ def _grad_free(facts, expr: ast.AST, owner: str | None, seen: frozenset = frozen
         name = _last_name(expr)
         if name is not None and _PARAM_NAME.search(name):
             return False
-        return not isinstance(root, ast.Name) or _free_name(facts, root, owner, seen)
+        # A bare local is followed to its assignments; an attribute or an item of an object
+        # (`scaler.loss_scale`, `group['lr']`) is not what built the object.
+        return not isinstance(expr, ast.Name) or _free_name(facts, expr, owner, seen)
     if isinstance(expr, (ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Slice)):
         return all(free(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr))
     return False

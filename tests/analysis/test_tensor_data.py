@@ -207,3 +207,11 @@ def test_a_local_operand_of_a_grad_write_is_followed_to_its_assignments():
     assert "no_grad" in fix(looked_up, "m.py", settings)  # `updates[p]` may be anything
     looped = head + "    for p, v in zip(model.parameters(), updates):\n        p.grad.data.copy_(v)\n"
     assert "no_grad" in fix(looped, "m.py", settings)
+
+
+def test_an_attribute_of_a_local_object_is_not_judged_by_how_the_object_was_built():
+    code = (
+        "import torch\nscaler = LossScaler()\nfor group in opt.param_groups:\n    for p in group['params']:\n"
+        "        p.grad.data.mul_(1. / scaler.loss_scale)\n        p.grad.data.mul_(group['lr'])\n"
+    )
+    assert "no_grad" not in fix(code, "m.py", Settings(select=("GF304",), unsafe_fixes=True))
