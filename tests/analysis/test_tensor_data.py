@@ -154,6 +154,8 @@ def test_gf403_asks_the_same_question():
         ("loss.backward(create_graph=True)", True),
         ("torch.autograd.grad(loss, ps, create_graph=flag)", True),
         ("loss.backward(**kw)", True),
+        ("grad(loss, ps, **kw)", True),  # `from torch.autograd import grad`
+        ("log(loss, **kw)", False),
     ],
 )
 def test_grads_may_require_grad(call, may):
