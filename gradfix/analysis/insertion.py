@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
-from gradfix.analysis.regions import is_inert
+from gradfix.analysis.regions import integer_valued, is_inert, same_under_no_grad
 from gradfix.analysis.statements import around_run, can_wrap, is_elif, is_within, own_nodes, statement_block
 from gradfix.facts import FileFacts
 
@@ -194,6 +194,9 @@ def _leaks(facts, func, run: Sequence[ast.stmt], original: set[ast.stmt]) -> boo
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
         and not any(is_within(facts, node, o) for o in original)
         and not (isinstance(node, (ast.Assign, ast.AnnAssign)) and is_inert(facts, node.value))  # `found = False`
+        # the same value either way: `b = torch.randn(2)`, `ptr += n` on an int offset
+        and not (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and same_under_no_grad(facts, node.value))
+        and not (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and integer_valued(facts, node.target))
     ]
     if not joined:
         return False

@@ -241,7 +241,9 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         if _sets_requires_grad(facts, targets, stmt.value):
             return True
         plain = all(isinstance(n, ast.Name) for t in targets for n in _target_leaves(t))
-        return plain and computes_no_graph(facts, stmt.value)
+        return plain and (computes_no_graph(facts, stmt.value) or same_under_no_grad(facts, stmt.value))
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
+        return integer_valued(facts, stmt.target) and integer_valued(facts, stmt.value)  # `ptr += n`
     return False
 
 
@@ -254,6 +256,71 @@ def _sets_requires_grad(facts, targets, value) -> bool:
         and isinstance(value.value, bool)
         and all(isinstance(t, ast.Attribute) and t.attr == "requires_grad" and computes_no_graph(facts, t.value) for t in targets)
     )
+
+
+def same_under_no_grad(facts, expr: ast.AST) -> bool:
+    """A value that is the same whether built under ``no_grad`` or not, so
+    it may be computed inside the block and read after it: a fresh tensor constructor without
+    ``requires_grad=`` (``torch.randn(2, 3)``: no history either way, pinned in
+    tests/facts/test_gf304_facts.py) or integer arithmetic (:func:`integer_valued`)."""
+    from gradfix.analysis.provenance import constructor
+
+    return constructor(facts, expr) is not None or integer_valued(facts, expr)
+
+
+_INT_METHODS = frozenset("numel nelement dim ndimension".split())
+_INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
+
+
+def integer_valued(facts, expr: ast.AST, seen: frozenset = frozenset()) -> bool:
+    """``expr`` is surely a Python ``int``: an int literal, ``t.numel()``, ``t.dim()``,
+    ``t.size(i)``, ``t.shape[i]``, ``len(..)``, ``+ - * // %`` of those, or a local name every
+    binding of which in its function is one (``ptr = 0`` ... ``ptr += num_w``: a weight loader's
+    offset). Not a parameter (a caller may pass a tensor)."""
+    if isinstance(expr, ast.Constant):
+        return type(expr.value) is int
+    if isinstance(expr, ast.BinOp):
+        return isinstance(expr.op, _INT_OPS) and integer_valued(facts, expr.left, seen) and integer_valued(facts, expr.right, seen)
+    if isinstance(expr, ast.UnaryOp):
+        return isinstance(expr.op, (ast.USub, ast.UAdd)) and integer_valued(facts, expr.operand, seen)
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if isinstance(func, ast.Name):
+            return func.id == "len" and is_builtin(facts, "len", func)
+        if isinstance(func, ast.Attribute) and func.attr in _INT_METHODS:
+            return not expr.args and not expr.keywords
+        if isinstance(func, ast.Attribute) and func.attr == "size":
+            return len(expr.args) == 1 and not expr.keywords and integer_valued(facts, expr.args[0], seen)
+        return False
+    if isinstance(expr, ast.Subscript):
+        return isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape" and integer_valued(facts, expr.slice, seen)
+    if isinstance(expr, ast.Name):
+        return _integer_name(facts, expr, seen)
+    return False
+
+
+def _integer_name(facts, name: ast.Name, seen: frozenset) -> bool:
+    func = facts.function_of.get(name)
+    if name.id in seen or func is None or isinstance(func, ast.Lambda):
+        return name.id in seen
+    args = func.args
+    if name.id in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}:
+        return False
+    seen = seen | {name.id}
+    bound = False
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name) and node.id == name.id and not isinstance(node.ctx, ast.Load):
+            binder = facts.parents.get(node)
+            if isinstance(binder, ast.Assign) and node in binder.targets:
+                ok = integer_valued(facts, binder.value, seen)
+            elif isinstance(binder, ast.AugAssign):
+                ok = integer_valued(facts, binder.value, seen)
+            else:
+                ok = False  # a loop target, an unpacking, `with .. as`, a nested function's local
+            if not ok or facts.function_of.get(node) is not func:
+                return False
+            bound = True
+    return bound
 
 
 def header_records_no_graph(facts, stmt: ast.stmt) -> bool:

@@ -9,6 +9,7 @@ from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.analysis.insertion import plan_no_grad
+from gradfix.analysis.tensor_data import grads_may_require_grad, may_be_torch_data
 from gradfix.analysis.regions import header_records_no_graph, records_no_graph
 from gradfix.analysis.statements import (
     alone_on_its_lines,
@@ -198,7 +199,7 @@ def _receiver_kind(facts, receiver: ast.expr) -> str:
     name = _last_name(receiver)
     if name is None:
         return "unknown"
-    if _foreign_array(facts, receiver, receiver):
+    if _foreign_array(facts, receiver, receiver) or not may_be_torch_data(facts, receiver):
         return "other"
     if _PARAM_NAME.search(name):
         if isinstance(receiver, ast.Name) and _computed_local(facts, name, receiver):
@@ -244,7 +245,9 @@ class DataMutation(Rule):
         m.bias.zero_()
     ```
     or `@torch.no_grad()` on a function that does nothing else (a weight-init function for
-    `model.apply`).
+    `model.apply`). A gradient needs no `with`: `p.grad.data.zero_()`, `p.grad.data *= k`,
+    `p.grad.data.clamp_(-c, c)` become `p.grad.zero_()`, `p.grad *= k`, `p.grad.clamp_(-c, c)`,
+    as torch's own optimizers write them.
 
     ## Fix safety
     Unsafe: the version counter now applies, so code that overwrote a tensor that a pending
@@ -255,7 +258,11 @@ class DataMutation(Rule):
     whose branches only write (the weight-init loop over `model.modules()`) and a loop whose
     body only writes go in whole when the rest of them computes nothing that could need a
     graph (`if p.grad is None: continue`, `isinstance(m, nn.Conv2d)`, `n = m.kernel_size[0] *
-    m.out_channels`, logging) and nothing they compute is read after the block; consecutive
+    m.out_channels`, logging) and nothing they compute is read after the block; writes
+    separated only by such statements, by fresh tensors built without `requires_grad=` (`b =
+    torch.zeros(n)`) or by integer offsets (`ptr += w.numel()`) share one block, and those two
+    may be read after it (the same values under `no_grad`, pinned in
+    `tests/facts/test_gf304_facts.py`); consecutive
     loops like that share one `with`; and a function whose whole body would be wrapped (but a
     `return` of an argument) gets `@torch.no_grad()` instead, unless it is a generator or
     coroutine. A loop that also runs a forward pass or a backward keeps them outside the block.
@@ -263,14 +270,27 @@ class DataMutation(Rule):
     `p.data.copy_(q.data)`: under `no_grad` the same values, and nothing recorded, pinned in
     `tests/facts/test_gf304_data_reads_facts.py`), but not one an in-place method is called
     on (`q.data.t_()` changes only the alias). Inside an existing grad-disabled region `.data`
-    is just dropped. Only receivers that are surely tensors with autograd state (names like
+    is just dropped. So it is on a write to a `.grad` (`p.grad.data.mul_(s)` -> `p.grad.mul_(s)`,
+    no `with`) whose operands cannot require grad (constants, names like `lr` or `clip`,
+    `.data`/`.grad` reads): an ordinary `.grad` does not require grad, so the in-place op records
+    nothing and gives the same values (pinned in `tests/facts/test_gf304_facts.py`); in a block
+    that also updates parameters the one `with` holds both. Where the file passes
+    `create_graph=` (a `.grad` is then a graph node, and an in-place op on it outside `no_grad`
+    would be recorded into that graph, which the `.data` write was not) or an operand may
+    require grad (`p.grad.data.add_(p, alpha=wd)`: `p` does), the write is wrapped like any
+    other. Only receivers that are surely tensors with autograd state (names like
     `param`, `weight`, `bias`, `grad`, `p`, `w`, or a loop over `.parameters()`) are fixed;
     a bare name assigned from some other computation in the same function (`p =
     F.softmax(x)`: an activation that backward may have saved) and other receivers are
     reported without a fix, and those whose `.data` is usually an
     ordinary attribute (`self.data`, `dataset.data`, a `PackedSequence`, a mapping written with
     string keys or the keys of an `.items()` loop, a name handed to a `scipy` function) are
-    not reported.
+    not reported. Nor is a `.data` that is not torch's (`gradfix/analysis/tensor_data.py`): an
+    object of a plain class that keeps its value in `self.data` (micrograd's `Value`, defined in
+    the file or in a project module), any bare name nothing ties to torch in a file that defines
+    such a class, and every receiver in a file that imports modules but never torch (no star
+    import, no mention of `torch`). There the rewrite would be harmful: `p += -lr * p.grad` on a
+    `Value` rebinds `p` and the parameters are never updated.
     Rebinding `.data` (`w.data = w.data[:, keep]`, a shape change) and reading it are not
     flagged.
 
@@ -293,6 +313,7 @@ class DataMutation(Rule):
     summary = "In-place write through `.data` bypasses autograd's checks"
     fix_safety = FixSafety.UNSAFE
     triggers = (".data",)
+    uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [
         Valid(
@@ -386,6 +407,32 @@ class DataMutation(Rule):
                     torch.add(a, b, out=self.data)
             """
         ),
+        # A plain class that keeps its value in `self.data` (micrograd's `Value`): its objects and,
+        # in that file, names nothing ties to torch are not tensors (`p += ..` would rebind `p`).
+        Valid(
+            """
+            import torch
+            class Value:
+                def __init__(self, data):
+                    self.data = data
+                    self.grad = 0.0
+            a = Value(2.0)
+            a.data += 0.01 * a.grad
+            def step(params, lr):
+                for p in params:
+                    p.data += -lr * p.grad
+            """
+        ),
+        # A file that imports modules but never torch.
+        Valid(
+            """
+            import math
+            from engine import Value
+            def step(model, lr):
+                for p in model.parameters():
+                    p.data += -lr * p.grad
+            """
+        ),
     ]
     INVALID = [
         # `out=` writes in place as an in-place method does; the `.data` operands go too.
@@ -435,6 +482,42 @@ class DataMutation(Rule):
                 torch.randn(3, 4, out=w.data)
             """,
             None,
+        ),
+        # A star import may bring torch in: still reported.
+        Invalid(
+            """
+            from blocks import *
+            def init(m):
+                m.weight.data.normal_(0, 0.02)
+            """,
+            """
+            from blocks import *
+            import torch
+
+            @torch.no_grad()
+            def init(m):
+                m.weight.normal_(0, 0.02)
+            """,
+        ),
+        # Next to a plain `Value` class, a leaf built by torch is still a tensor.
+        Invalid(
+            """
+            import torch
+            class Value:
+                def __init__(self, data):
+                    self.data = data
+            w = torch.randn(3, requires_grad=True)
+            w.data -= 0.1 * w.grad
+            """,
+            """
+            import torch
+            class Value:
+                def __init__(self, data):
+                    self.data = data
+            w = torch.randn(3, requires_grad=True)
+            with torch.no_grad():
+                w -= 0.1 * w.grad
+            """,
         ),
         Invalid(
             """
@@ -595,7 +678,28 @@ class DataMutation(Rule):
                     self.fc = nn.Linear(2, 2)
             """,
         ),
-        # A value computed in the loop is read after it: only the write is wrapped.
+        # A tensor computed in the loop is read after it (under `no_grad` it would have no
+        # history): only the write is wrapped.
+        Invalid(
+            """
+            import torch
+            def init(model):
+                for m in model.modules():
+                    ref = m.weight * 2
+                    m.weight.data.normal_(0, 1)
+                return ref
+            """,
+            """
+            import torch
+            def init(model):
+                for m in model.modules():
+                    ref = m.weight * 2
+                    with torch.no_grad():
+                        m.weight.normal_(0, 1)
+                return ref
+            """,
+        ),
+        # An integer read after the loop is the same under `no_grad`: the loop goes in whole.
         Invalid(
             """
             import torch
@@ -608,9 +712,9 @@ class DataMutation(Rule):
             """
             import torch
             def init(model):
-                for m in model.modules():
-                    n = m.weight.size(1) * 2
-                    with torch.no_grad():
+                with torch.no_grad():
+                    for m in model.modules():
+                        n = m.weight.size(1) * 2
                         m.weight.normal_(0, 1 / n)
                 return n
             """,
@@ -690,6 +794,100 @@ class DataMutation(Rule):
                         model.weight.clamp_(0, 1)
             """,
         ),
+        # A set-up section: fresh tensors (no `requires_grad=`) and an integer offset between
+        # the writes give the same values under `no_grad`, so one `with` holds the section.
+        Invalid(
+            """
+            import torch
+            def load(conv, weights, ptr):
+                n = conv.weight.numel()
+                w = torch.from_numpy(weights[ptr:ptr + n]).view_as(conv.weight)
+                conv.weight.data.copy_(w)
+                b = torch.zeros(conv.out_channels)
+                conv.bias.data.copy_(b)
+                offset = 0
+                offset += n
+                if conv.bias is not None:
+                    conv.bias.data.add_(1)
+                print(b, offset)
+            """,
+            """
+            import torch
+            def load(conv, weights, ptr):
+                n = conv.weight.numel()
+                w = torch.from_numpy(weights[ptr:ptr + n]).view_as(conv.weight)
+                with torch.no_grad():
+                    conv.weight.copy_(w)
+                    b = torch.zeros(conv.out_channels)
+                    conv.bias.copy_(b)
+                    offset = 0
+                    offset += n
+                    if conv.bias is not None:
+                        conv.bias.add_(1)
+                print(b, offset)
+            """,
+        ),
+        # A `.grad` does not require grad: `.data` goes, no `with` (torch's optimizers write
+        # `p.grad.zero_()`); in a loop that also updates the parameter, the one `with` holds both.
+        Invalid(
+            """
+            import torch
+            def train(model, loader, opt, clip):
+                for x in loader:
+                    model(x).sum().backward()
+                    for p in model.parameters():
+                        p.grad.data.clamp_(-clip, clip)
+                        p.grad.data *= 0.5
+                    opt.step()
+            """,
+            """
+            import torch
+            def train(model, loader, opt, clip):
+                for x in loader:
+                    model(x).sum().backward()
+                    for p in model.parameters():
+                        p.grad.clamp_(-clip, clip)
+                        p.grad *= 0.5
+                    opt.step()
+            """,
+            count=2,
+        ),
+        # An operand that requires grad (the parameter itself) keeps the `no_grad`.
+        Invalid(
+            """
+            import torch
+            def decay(params, wd):
+                for p in params:
+                    p.grad.data.add_(p, alpha=wd)
+            """,
+            """
+            import torch
+            @torch.no_grad()
+            def decay(params, wd):
+                for p in params:
+                    p.grad.add_(p, alpha=wd)
+            """,
+        ),
+        # After `create_graph=True` a `.grad` is a graph node: the `no_grad` stays.
+        Invalid(
+            """
+            import torch
+            def hvp(model, loss):
+                loss.backward(create_graph=True)
+                for p in model.parameters():
+                    p.grad.data.zero_()
+                return model
+            """,
+            """
+            import torch
+            def hvp(model, loss):
+                loss.backward(create_graph=True)
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.grad.zero_()
+                return model
+            """,
+        ),
         # Receiver of unknown kind: reported without a fix.
         Invalid(
             """
@@ -735,6 +933,7 @@ class DataMutation(Rule):
         Invalid(
             """
             import numpy as np
+            import torch
             def f(h, ref):
                 np.testing.assert_allclose(h, ref)
                 h.data.zero_()
@@ -770,6 +969,9 @@ class DataMutation(Rule):
                 if kind == "param" and not disabled and wrappable and not factory:
                     if not _suppressed(self.report(facts, stmt, ""), facts.lines):
                         to_wrap.append((stmt, attr))
+                    continue
+                if kind == "param" and not disabled and _grad_write(facts, stmt, attr):
+                    yield self._drop_grad_data(facts, stmt, attr)
                     continue
                 fixable = kind == "param" and disabled and not factory
                 yield self.report(
@@ -812,14 +1014,29 @@ class DataMutation(Rule):
                 outside_ok=lambda before, after: all(records_no_graph(facts, s) or _returns_argument(func, s) for s in [*before, *after]),
                 private=True,
             )
+            if plan.decorate and all(_grad_write(facts, s, a) for s, a in writes):
+                yield from (self._drop_grad_data(facts, s, a) for s, a in writes)
+                continue
             if plan.decorate:
                 yield self._finding(facts, writes, ("decorate", facts.span(func.body[0])), f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`")
                 continue
             for run in plan.runs:
                 inside = [(s, a) for s, a in writes if any(is_within(facts, s, r) for r in run)]
+                if all(_grad_write(facts, s, a) for s, a in inside):  # `p.grad.zero_()`: no `with`
+                    yield from (self._drop_grad_data(facts, s, a) for s, a in inside)
+                    continue
                 where = "the loop" if isinstance(run[0], (ast.For, ast.While)) and len(run) == 1 else "the writes"
                 title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"
                 yield self._finding(facts, inside, ("wrap", tuple(facts.span(s) for s in run)), title)
+
+    def _drop_grad_data(self, facts, stmt, attr):
+        return self.report(
+            facts,
+            stmt,
+            self._message(facts.segment(attr.value)),
+            fix_title="Drop `.data`: a `.grad` does not require grad, no `no_grad` needed",
+            data=("drop", facts.span(attr)),
+        )
 
     def _finding(self, facts, run, where, title):
         first = run[0][0]
@@ -879,6 +1096,100 @@ def _data_reads(facts, stmt: ast.stmt, written: ast.Attribute) -> list[ast.Attri
         if _receiver_kind(facts, node.value) == "param" and not is_within(facts, written, node):
             found.append(node)
     return found
+
+
+# Builtins that give a plain number (or a container of the values they are given).
+_NUMBER_BUILTINS = frozenset("float int min max abs round len sum pow".split())
+
+
+def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
+    """Whether ``stmt`` writes through ``X.grad.data`` with operands that cannot require grad,
+    in a file where no ``.grad`` can (no ``create_graph=``): then ``X.grad.mul_(s)`` with no
+    ``no_grad`` records nothing, like the ``.data`` write, and gives the same values (pinned in
+    tests/facts/test_gf304_facts.py). This is what torch's own optimizers write
+    (``p.grad.zero_()``)."""
+    receiver = attr.value
+    while isinstance(receiver, ast.Subscript):
+        receiver = receiver.value
+    if not (isinstance(receiver, ast.Attribute) and receiver.attr == "grad") or grads_may_require_grad(facts):
+        return False
+    owner = receiver.value
+    while isinstance(owner, (ast.Attribute, ast.Subscript)):
+        owner = owner.value
+    owner_name = owner.id if isinstance(owner, ast.Name) else None
+    operands: list[ast.AST] = []
+    if isinstance(stmt, ast.Expr):
+        call = stmt.value
+        while isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _INPLACE:
+            operands += [*call.args, *(k.value for k in call.keywords)]
+            call = call.func.value
+    elif isinstance(stmt, ast.AugAssign):
+        operands.append(stmt.value)
+    else:
+        operands += [stmt.value, stmt.targets[0].slice]
+    return all(_grad_free(facts, e, owner_name) for e in operands)
+
+
+def _grad_free(facts, expr: ast.AST, owner: str | None, seen: frozenset = frozenset()) -> bool:
+    """Whether ``expr`` surely does not require grad: constants, ``.data``/``.grad`` reads and
+    what is computed from them with torch or ``math`` functions, number builtins or methods;
+    arguments, globals and attributes or items that are not parameter-like (``lr``,
+    ``group['lr']``, ``scaler.loss_scale``: by convention numbers); local names every
+    assignment of which is such a value. Not: the
+    ``.grad``'s owner (``p`` in ``p.grad.data.add_(wd, p)``), a parameter-like name, a name bound
+    by a loop or from anything else (``v = updates[p]``), a call of something else
+    (``model(x)``)."""
+    free = lambda e: _grad_free(facts, e, owner, seen)  # noqa: E731
+    if isinstance(expr, ast.Constant):
+        return True
+    if isinstance(expr, ast.Attribute) and expr.attr in ("data", "grad"):
+        return True
+    if isinstance(expr, ast.Call):
+        func = expr.func
+        if (facts.qualname(func) or "").startswith(("torch.", "math.")):
+            pass
+        elif isinstance(func, ast.Attribute):
+            if not free(func.value):
+                return False
+        elif not (isinstance(func, ast.Name) and func.id in _NUMBER_BUILTINS and facts.resolve_name(func.id, expr) is None):
+            return False
+        return all(free(a) for a in (*expr.args, *(k.value for k in expr.keywords)))
+    if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript)):
+        root = expr
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == owner:
+            return False
+        if isinstance(expr, ast.Subscript) and not free(expr.slice):
+            return False
+        name = _last_name(expr)
+        if name is not None and _PARAM_NAME.search(name):
+            return False
+        # A bare local is followed to its assignments; an attribute or an item of an object
+        # (`scaler.loss_scale`, `group['lr']`) is not what built the object.
+        return not isinstance(expr, ast.Name) or _free_name(facts, expr, owner, seen)
+    if isinstance(expr, (ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Slice)):
+        return all(free(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr))
+    return False
+
+
+def _free_name(facts, name: ast.Name, owner: str | None, seen: frozenset) -> bool:
+    """A name read as an operand of a ``.grad`` write: an argument or global (not bound in the
+    function), or a local every reaching assignment of which gives a grad-free value."""
+    from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
+
+    func = facts.function_of.get(name)
+    if isinstance(func, ast.Lambda) or _loop_over_parameters(facts, name.id, name):
+        return False
+    definitions = reaching_definitions(facts, func).reaching.get(name) or frozenset({UNKNOWN})
+    for definition in definitions:
+        if definition is UNKNOWN:
+            continue  # an argument, a global: a hyperparameter by convention
+        if definition.kind != "assign" or definition in seen or definition.value is None:
+            return False
+        if not _grad_free(facts, definition.value, owner, seen | {definition}):
+            return False
+    return True
 
 
 def _returns_argument(func, stmt: ast.stmt) -> bool:

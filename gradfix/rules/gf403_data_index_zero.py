@@ -7,6 +7,7 @@ import re
 
 from gradfix.lazy import cst
 
+from gradfix.analysis.tensor_data import may_be_torch_data
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -237,7 +238,9 @@ class DataIndexZero(Rule):
     to a tensor built with a shape (`loss = torch.zeros(1)` then `loss += crit(...)`, which
     stays shape `(1,)`), to a torch function that is no reduction (`torch.stack`, `torch.cat`)
     or to a reshaping method (`.unsqueeze(0)`, `.view(1)`), or indexed elsewhere with another
-    index (`total_loss.data[1]`), is left alone. The name heuristic is the risk: a one-element
+    index (`total_loss.data[1]`), is left alone. So is a `.data` that is not torch's
+    (`gradfix/analysis/tensor_data.py`, shared with GF304): in a file that imports modules but
+    never torch, or on an object of a plain class that keeps its value in `self.data`. The name heuristic is the risk: a one-element
     1-D tensor named `*loss*` whose shape the file does not show gives a 0-dim tensor from
     `.data[0]` and a Python number from `.item()`.
     """
@@ -247,6 +250,7 @@ class DataIndexZero(Rule):
     summary = "`loss.data[0]` raises IndexError on 0-dim tensors: use `loss.item()`"
     fix_safety = FixSafety.SAFE
     triggers = ("data",)
+    uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [
         Valid(
@@ -475,7 +479,7 @@ class DataIndexZero(Rule):
             if isinstance(parent, ast.Subscript) and parent.value is node:
                 continue  # loss.data[0][1]: two indices, so not a scalar
             base = node.value.value
-            if not scalars.is_scalar(base, facts.enclosing_function(node)):
+            if not may_be_torch_data(facts, base) or not scalars.is_scalar(base, facts.enclosing_function(node)):
                 continue
             text = facts.segment(base)
             shown = text if len(text) <= 40 and "\n" not in text else "..."

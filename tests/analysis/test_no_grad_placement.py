@@ -278,3 +278,52 @@ def test_a_flag_set_in_the_loop_and_read_after_it_does_not_block_the_loop():
         "GF304",
     )
     assert "    with torch.no_grad():\n        for p in self.params:\n" in fixed, fixed
+
+
+def test_gf304_a_setup_section_with_fresh_tensors_and_int_offsets_gets_one_with():
+    """round5a's most common awkward shape: writes interleaved with fresh constructors, an
+    integer offset and an `if bias:` branch of writes. One `with` holds the section, and what it
+    binds (`bias`, `ptr`: the same values under `no_grad`) may be read after it."""
+    fixed = _fix(
+        """
+        import torch as T
+        def test_linear(layer, x, weights, has_bias):
+            ptr = 0
+            w = T.randn(2, 3)
+            layer.weight.data.copy_(w)  # first
+            ptr += layer.weight.numel()
+            bias = T.zeros(2)
+            if has_bias:
+                layer.bias.data.copy_(bias)
+            out = layer(x)
+            assert T.allclose(out, x @ w.t() + bias), ptr
+        """,
+        "GF304",
+    )
+    assert fixed.count("no_grad") == 1
+    assert "    with T.no_grad():\n        layer.weight.copy_(w)  # first\n        ptr += layer.weight.numel()\n" in fixed
+    assert "        if has_bias:\n            layer.bias.copy_(bias)\n    out = layer(x)\n" in fixed
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        "b = torch.randn(2, requires_grad=True)",  # a leaf that will be trained
+        "b = layer.weight * 2",  # a tensor with history, read after
+        "total += loss",  # not an integer offset
+        "n += k",  # `k` is a parameter: a caller may pass a tensor
+    ],
+)
+def test_gf304_statements_that_are_not_neutral_still_split_the_with(between):
+    fixed = _fix(
+        f"""
+        import torch
+        def f(layer, loss, k, total, n):
+            layer.weight.data.zero_()
+            {between}
+            layer.bias.data.zero_()
+            return b if False else (total, n)
+        """,
+        "GF304",
+    )
+    assert fixed.count("with torch.no_grad():") == 2

@@ -171,3 +171,68 @@ def test_setting_requires_grad_is_the_same_under_no_grad_so_the_loop_is_wrapped_
     )
     fixed = fix(code, "a.py", Settings(select=("GF304",), unsafe_fixes=True))
     assert "    with torch.no_grad():\n        for pq, pk in zip(q.parameters(), k.parameters()):\n            pk.copy_(pq)\n" in fixed, fixed
+
+
+def _grads(create_graph=False):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    loss = model(torch.randn(4, 3)).pow(2).sum()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # create_graph's reference-cycle warning
+        loss.backward(create_graph=create_graph)
+    return list(model.parameters())
+
+
+def test_in_place_on_a_grad_outside_no_grad_works_and_matches_the_data_write():
+    """Why `p.grad.data.mul_(s)` becomes `p.grad.mul_(s)` with no `with`: an ordinary `.grad`
+    does not require grad (it is what torch's own optimizers write, `p.grad.zero_()` /
+    `zero_grad`), so in-place ops on it record nothing and raise nothing."""
+    through_data, direct = _grads(), _grads()
+    for p in through_data:
+        p.grad.data.mul_(0.5)
+        p.grad.data.clamp_(-1, 1)
+        p.grad.data *= 3
+    for p in direct:
+        assert not p.grad.requires_grad and p.grad.grad_fn is None
+        p.grad.mul_(0.5)
+        p.grad.clamp_(-1, 1)
+        p.grad *= 3
+        assert not p.grad.requires_grad and p.grad.grad_fn is None
+    for a, b in zip(through_data, direct):
+        assert torch.equal(a.grad, b.grad)
+    for p in direct:
+        p.grad.zero_()
+        assert torch.equal(p.grad, torch.zeros_like(p))
+
+
+def test_after_create_graph_a_grad_requires_grad_and_in_place_on_it_is_recorded():
+    """Why the `.grad` rewrite is skipped where `create_graph=True` is used: there `p.grad` is a
+    graph node, `p.grad.mul_(s)` outside `no_grad` is recorded into it (a new grad_fn), which the
+    `.data` write was not; under `no_grad` it is not (what the wrapping fix writes)."""
+    for p in _grads(create_graph=True):
+        assert p.grad.requires_grad and p.grad.grad_fn is not None
+        before = p.grad.grad_fn
+        p.grad.data.mul_(2)
+        assert p.grad.grad_fn is before
+        p.grad.mul_(2)
+        assert p.grad.grad_fn is not before and "Mul" in type(p.grad.grad_fn).__name__
+    for p in _grads(create_graph=True):
+        before = p.grad.grad_fn
+        with torch.no_grad():
+            p.grad.mul_(2)
+        assert p.grad.grad_fn is before
+
+
+def test_a_fresh_constructor_gives_the_same_tensor_under_no_grad():
+    """Why a set-up section's `b = torch.randn(2)` may join the `with` around the writes next to
+    it and be read after it: with no `requires_grad=`, a constructor builds a tensor without
+    history either way."""
+    torch.manual_seed(0)
+    outside = [torch.randn(2, 3), torch.zeros(4), torch.arange(5), torch.ones(2)]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        inside = [torch.randn(2, 3), torch.zeros(4), torch.arange(5), torch.ones(2)]
+    for a, b in zip(outside, inside):
+        assert torch.equal(a, b)
+        assert not a.requires_grad and not b.requires_grad and a.is_leaf and b.is_leaf
+        assert (a * 2).requires_grad is (b * 2).requires_grad is False

@@ -1,0 +1,202 @@
+"""May ``X.data`` be a torch tensor's ``.data``? One answer for every rule that reads or writes it.
+
+``.data`` is also an ordinary attribute name. The case that matters is a plain class that keeps its
+value in ``self.data`` (micrograd's ``Value``: ``self.data = <float>``, ``self.grad``). There,
+``p.data += -lr * p.grad`` is the update itself; a rewrite to ``p += ...`` under ``no_grad``
+rebinds ``p`` to a new object (``Value`` has ``__add__``, no ``__iadd__``) and training silently
+stops. Three facts say a ``.data`` is not known to be torch's:
+
+- the file never uses torch (:func:`torch_absent`);
+- the receiver is built by such a *plain data class*, defined in the file or (with a project
+  index) in another project module (:func:`plain_data_classes`);
+- the file defines a plain data class and the receiver is a bare name that nothing ties to torch
+  (a parameter, a loop over ``n.parameters()``): as likely that class's object as a tensor.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
+from gradfix.facts import FileFacts
+
+_TORCH_TENSOR_BASES = ("torch.",)
+
+
+def torch_absent(facts: FileFacts) -> bool:
+    """The file imports other modules but never torch: no ``import torch``/``from torch... import``
+    in any scope, no star import (``from common import *`` may bring torch in), and the word
+    ``torch`` nowhere in the source (a ``__import__("torch")`` or a comment about it keeps the
+    doubt). A file with no import at all is a fragment (a snippet pasted from an issue): torch is
+    not ruled out there."""
+    return facts.memo(("tensor_data.torch_absent",), lambda: _torch_absent(facts))
+
+
+def _torch_absent(facts: FileFacts) -> bool:
+    if "torch" in facts.source:
+        return False
+    imports = [n for n in ast.walk(facts.tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    if not imports:
+        return False
+    return not any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in imports)
+
+
+def _assigns_self_data(cls: ast.ClassDef) -> bool:
+    for item in cls.body:
+        if not isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) or not item.args.args:
+            continue
+        self_name = item.args.args[0].arg
+        for node in ast.walk(item):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == "data" and isinstance(t.value, ast.Name) and t.value.id == self_name:
+                    return True
+    return False
+
+
+def _plain_data_class(cls: ast.ClassDef, base_qualname) -> bool:
+    """A class whose methods assign ``self.data`` and none of whose bases is a torch class
+    (``class P(nn.Parameter)`` assigning ``self.data = t`` uses the tensor's own setter)."""
+    if not _assigns_self_data(cls):
+        return False
+    return not any((base_qualname(b) or "").startswith(_TORCH_TENSOR_BASES) for b in cls.bases)
+
+
+def plain_data_classes(facts: FileFacts) -> frozenset[str]:
+    """Names of the classes this file defines at module level that hold their own ``.data``."""
+
+    def compute():
+        return frozenset(
+            n.name for n in facts.tree.body if isinstance(n, ast.ClassDef) and _plain_data_class(n, facts.qualname)
+        )
+
+    return facts.memo(("tensor_data.plain_classes",), compute)
+
+
+def _builds_plain_object(facts: FileFacts, value: ast.AST) -> bool:
+    """``Value(2.0)``: a call of a plain data class of this file or of a project module."""
+    if not isinstance(value, ast.Call):
+        return False
+    if isinstance(value.func, ast.Name) and value.func.id in plain_data_classes(facts) and facts.resolve_name(value.func.id, value) is None:
+        return True
+    qualname = facts.qualname(value.func)
+    project = facts.project
+    if not qualname or project is None or qualname.startswith("torch"):
+        return False
+    module = project.find_module(qualname)
+    parsed = project.parsed(module) if module else None
+    if parsed is None:
+        return False
+    tree, names = parsed
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == qualname.rpartition(".")[2]), None)
+    if cls is None:
+        return False
+    return _plain_data_class(cls, lambda b: names.get(b.id) if isinstance(b, ast.Name) else None)
+
+
+def _definitions(facts: FileFacts, name: ast.Name):
+    func = facts.function_of.get(name)
+    if isinstance(func, ast.Lambda):
+        return None
+    found = reaching_definitions(facts, func).reaching.get(name)
+    if not found or UNKNOWN in found:
+        return None
+    return found
+
+
+# Module methods whose results a ``for`` loop takes parameters, buffers or modules from.
+_MODULE_ITERATORS = frozenset("parameters named_parameters buffers named_buffers modules named_modules children".split())
+
+
+def _plain_methods(facts: FileFacts) -> frozenset[str]:
+    """Methods defined by the file's classes that have no torch base (micrograd's
+    ``MLP.parameters`` returns ``Value`` objects, not tensors)."""
+
+    def compute():
+        return frozenset(
+            item.name
+            for cls in ast.walk(facts.tree)
+            if isinstance(cls, ast.ClassDef) and not any((facts.qualname(b) or "").startswith("torch.") for b in cls.bases)
+            for item in cls.body
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+        )
+
+    return facts.memo(("tensor_data.plain_methods",), compute)
+
+
+def _tied_to_torch(facts: FileFacts, definition) -> bool:
+    """A binding from a torch call (``torch.randn(..)``, ``nn.Parameter(..)``, ``x.to(..)`` of
+    one), or a ``for`` over ``m.parameters()`` / ``m.modules()``... when no class of the file
+    without a torch base defines that method."""
+    if definition.kind == "loop":
+        iterators = [
+            c.func.attr
+            for c in ast.walk(definition.value)
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _MODULE_ITERATORS
+        ]
+        return bool(iterators) and not set(iterators) & _plain_methods(facts)
+    value = definition.value if definition.kind == "assign" else None
+    while isinstance(value, ast.Call):
+        if (facts.qualname(value.func) or "").startswith("torch."):
+            return True
+        value = value.func.value if isinstance(value.func, ast.Attribute) else None
+    return False
+
+
+def may_be_torch_data(facts: FileFacts, receiver: ast.expr) -> bool:
+    """Whether ``receiver.data`` may be a torch tensor's ``.data`` (see the module docstring).
+    ``False`` means it is surely or as likely an ordinary attribute: say nothing about it."""
+    if torch_absent(facts):
+        return False
+    root = receiver
+    while isinstance(root, ast.Subscript):
+        root = root.value
+    plain = plain_data_classes(facts)
+    if isinstance(root, ast.Name):
+        definitions = _definitions(facts, root)
+        if definitions and any(d.kind == "assign" and _builds_plain_object(facts, d.value) for d in definitions):
+            return False
+        if plain and not (definitions and all(_tied_to_torch(facts, d) for d in definitions)):
+            return False
+        return True
+    if isinstance(root, ast.Attribute) and plain:
+        # `n.b.data` where some `X.b = Value(..)` in the file: that attribute holds plain objects.
+        return root.attr not in _plain_attributes(facts)
+    return True
+
+
+def _plain_attributes(facts: FileFacts) -> frozenset[str]:
+    """Attribute names the file assigns a plain data object to (``self.b = Value(0)``)."""
+
+    def compute():
+        return frozenset(
+            t.attr
+            for node in ast.walk(facts.tree)
+            if isinstance(node, ast.Assign) and _builds_plain_object(facts, node.value)
+            for t in node.targets
+            if isinstance(t, ast.Attribute)
+        )
+
+    return facts.memo(("tensor_data.plain_attributes",), compute)
+
+
+def grads_may_require_grad(facts: FileFacts) -> bool:
+    """Whether a ``.grad`` in this file may be a graph node: some call passes
+    ``create_graph=`` with anything but a literal False (``loss.backward(create_graph=True)``,
+    ``autograd.grad(.., create_graph=True)``). Otherwise a ``.grad`` never requires grad, and
+    in-place ops on it record nothing (pinned in tests/facts/test_gf304_facts.py)."""
+
+    def compute():
+        return any(
+            k.arg == "create_graph" and not (isinstance(k.value, ast.Constant) and k.value.value in (False, None))
+            for call in facts.calls
+            for k in call.keywords
+        ) or any(k.arg is None for call in facts.calls for k in call.keywords if _passes_backward_kwargs(call))
+
+    return facts.memo(("tensor_data.create_graph",), compute)
+
+
+def _passes_backward_kwargs(call: ast.Call) -> bool:
+    """``loss.backward(**kw)`` / ``autograd.grad(.., **kw)``: ``create_graph`` may be in there."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id if isinstance(call.func, ast.Name) else ""
+    return name in ("backward", "grad")
