@@ -173,6 +173,9 @@ def always_ran_before(parents: Mapping[ast.AST, ast.AST], body: list[ast.stmt], 
     return flow.at.get(id(point), NOWHERE) == ran
 
 
+NOT_INSTANCE: State = frozenset({"other"})
+
+
 def not_instance_at(
     parents: Mapping[ast.AST, ast.AST],
     body: list[ast.stmt],
@@ -184,6 +187,13 @@ def not_instance_at(
     `isinstance(name, C)` test (``is_class(C)``, or a tuple holding such a C) since it was last
     bound: the `else` of `if isinstance(net, nn.Module):`, the body of `if not isinstance(...)`,
     the code after `if isinstance(net, nn.Module): ... return`. `and`/`or`/`not` are followed."""
+    stmt = innermost_statement(parents, point)
+    return stmt is not None and not_instance_flow(body, name, is_class).at.get(id(stmt)) == NOT_INSTANCE
+
+
+def not_instance_flow(body: list[ast.stmt], name: str, is_class: Callable[[ast.expr], bool]) -> ForwardFlow:
+    """The flow behind :func:`not_instance_at`: its state at a statement is
+    :data:`NOT_INSTANCE` where ``name`` is known to have failed the test."""
 
     def tested(test: ast.expr) -> bool | None:
         """True: the test is `isinstance(name, C)`; None: something else."""
@@ -221,11 +231,7 @@ def not_instance_at(
                 return frozenset({"maybe"})  # bound again: another value
         return state
 
-    stmt = innermost_statement(parents, point)
-    if stmt is None:
-        return False
-    flow = ForwardFlow(body, frozenset({"maybe"}), effect, refine=refine)
-    return flow.at.get(id(stmt), NOWHERE) == frozenset({"other"})
+    return ForwardFlow(body, frozenset({"maybe"}), effect, refine=refine)
 
 
 def _dotted(expr: ast.AST) -> str | None:

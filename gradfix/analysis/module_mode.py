@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gradfix.analysis.flow import ForwardFlow, innermost_statement, not_instance_at
+from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, innermost_statement, not_instance_flow
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, qualify, strip_moves
 from gradfix.analysis.vocabulary import (
@@ -254,8 +254,15 @@ def evidence_for(facts: FileFacts, name: str, at: ast.AST) -> list[ast.AST]:
     the parameter it lands in. Parameters, globals and attributes share evidence by name (as
     `def train(net)` and `def test(net)` called with one model do), but never a fresh object
     of another function, unless that function passes it to the one holding ``at``."""
-    trained = trained_evidence(facts)
     own = fresh_local(facts, name, at)
+    func = facts.function_of.get(at)
+    cls = owner_class(facts, at) if name.split(".", 1)[0] in ("self", "cls") else None
+    key = ("module_mode.evidence_for", name, id(own), id(func), id(cls))
+    return facts.memo(key, lambda: _evidence_for(facts, name, at, own, func))
+
+
+def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[ast.AST]:
+    trained = trained_evidence(facts)
     nodes = [e for e in trained.get(name, ()) if same_object(facts, name, at, e) and fresh_local(facts, name, e) is own]
     if own is not None:
         for call in own_calls(facts, own):
@@ -267,7 +274,6 @@ def evidence_for(facts: FileFacts, name: str, at: ast.AST) -> list[ast.AST]:
                     if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, func) for e in trained.get(param, ())):
                         nodes.append(call)
         return list(dict.fromkeys(nodes))
-    func = facts.function_of.get(at)
     if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
         for call in facts.calls:  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
             caller = facts.function_of.get(call)
@@ -286,20 +292,44 @@ def not_a_module(facts: FileFacts, name: str, at: ast.AST) -> bool:
     :func:`gradfix.analysis.flow.not_instance_at`), or every binding of it that ``at`` sees
     builds an instance of a project class that does not derive from nn.Module."""
     func = facts.function_of.get(at)
-    body = facts.tree.body if func is None else getattr(func, "body", [])
-    if isinstance(body, list) and not_instance_at(facts.parents, body, name, at, lambda c: facts.qualname(c) in _MODULE_CLASS):
-        return True
+    if name in _isinstance_tested(facts, func):
+        body = facts.tree.body if func is None else getattr(func, "body", [])
+        if isinstance(body, list):
+            flow = facts.memo(
+                ("module_mode.narrowing", id(func), name),
+                lambda: not_instance_flow(body, name, lambda c: facts.qualname(c) in _MODULE_CLASS),
+            )
+            if flow.at.get(id(innermost_statement(facts.parents, at))) == NOT_INSTANCE:
+                return True
+    return facts.memo(("module_mode.no_module_bindings", name, id(_binding_scope(facts, name, at))), lambda: _no_module_bindings(facts, name, at))
+
+
+def _isinstance_tested(facts: FileFacts, func) -> set[str]:
+    """Names that `isinstance(name, ...)` tests in ``func``'s own code."""
+
+    def compute():
+        return {
+            dotted_name(c.args[0])
+            for c in facts.calls_in(func)
+            if isinstance(c.func, ast.Name) and c.func.id == "isinstance" and len(c.args) == 2
+        } - {None}
+
+    return facts.memo(("module_mode.isinstance_tested", id(func)), compute)
+
+
+def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST) -> bool:
+    """Every binding of ``name`` that ``at`` sees builds an instance of a project class that
+    does not derive from nn.Module (none: unknown, False)."""
     sens = sensitivity_of(facts)
     names = sens.trees[sens.module][1]
     scope = _binding_scope(facts, name, at)
     values = []
-    for node in facts.function_of:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-            if scope is not _ANY and facts.function_of.get(node) is not scope:
-                continue
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(dotted_name(t) == name for t in targets):
-                values.append(strip_moves(node.value))
+    for node in _assignments(facts):
+        if scope is not _ANY and facts.function_of.get(node) is not scope:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if any(dotted_name(t) == name for t in targets):
+            values.append(strip_moves(node.value))
     if not values:
         return False
     for value in values:
@@ -307,6 +337,13 @@ def not_a_module(facts: FileFacts, name: str, at: ast.AST) -> bool:
         if qual is None or sens.is_module_class(qual) is not False:
             return False
     return True
+
+
+def _assignments(facts: FileFacts) -> list[ast.stmt]:
+    return facts.memo(
+        ("module_mode.assignments",),
+        lambda: [n for n in facts.function_of if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None],
+    )
 
 
 _MODULE_CLASS = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
