@@ -447,6 +447,8 @@ class Sensitivity:
         return None
 
     def of_call(self, call: ast.Call, names: dict[str, str], depth: int = 0, near: str | None = None) -> str:
+        if not isinstance(call, ast.Call):
+            return UNKNOWN  # `return model.cuda()` in a factory: strip_moves leaves the name
         qual = qualify(names, call.func)
         if qual is None:
             return UNKNOWN

@@ -466,3 +466,21 @@ def test_a_training_flag_write_leaves_the_mode_unknown_in_the_flow():
     facts = build_facts(source)
     scope = _func(facts, "f")
     assert modes_at(facts, scope, scope.body[1], evaluation_items(facts, scope, {"model"})) == frozenset({UNSET})
+
+
+def test_a_factory_returning_a_moved_name_is_unknown_not_a_crash(tmp_path):
+    """A project factory `t = x.cuda(); return t` (strip_moves leaves a name, not a call)."""
+    from gradfix.analysis.project import ProjectIndex
+
+    (tmp_path / "helpers.py").write_text("def tocuda(x):\n    t = x.cuda()\n    return t\n")
+    main = tmp_path / "main.py"
+    main.write_text(
+        "import torch\nfrom helpers import tocuda\n\ndef train(m, opt):\n    m.train()\n    m(1).sum().backward()\n    opt.step()\n\n"
+        "def score(x):\n    m = tocuda(x)\n    with torch.no_grad():\n        return m(x)\n"
+    )
+    index = ProjectIndex.build([str(tmp_path / "helpers.py"), str(main)])
+    facts = build_facts(main.read_text(), str(main), project=index)
+    from gradfix.analysis.module_mode import module_sensitivity
+    from gradfix.analysis.project import UNKNOWN
+
+    assert module_sensitivity(facts, "m", _forward(facts, "score", "m")) == UNKNOWN
