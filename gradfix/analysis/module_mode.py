@@ -267,11 +267,11 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
     if own is not None:
         for call in own_calls(facts, own):
             callee = callee_name(call)
-            for func in _function_named(facts, callee) if callee else ():
-                if func is own:
+            for helper in _function_named(facts, callee) if callee else ():
+                if helper is own:
                     continue
-                for param in passed_names(func, call, (name,)) - {name}:
-                    if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, func) for e in trained.get(param, ())):
+                for param in passed_names(helper, call, (name,)) - {name}:
+                    if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, helper) for e in trained.get(param, ())):
                         nodes.append(call)
         return list(dict.fromkeys(nodes))
     if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
