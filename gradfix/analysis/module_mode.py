@@ -765,8 +765,9 @@ def binding_mode(facts: FileFacts, scope, name: str, value: ast.AST, stmt: ast.A
     gives an eval-mode (train-mode) module gives eval (train). Anything else is unknown."""
     if _eval_chain(value):
         return "eval"
-    if _train_chain(value):
-        return "trained"
+    chained = _train_chain(value)
+    if chained is not False:
+        return "trained" if chained else "unknown"  # `.train(flag)`: whatever the flag says
     base = strip_moves(value)
     if isinstance(base, ast.Call):
         if not _new_module(name, value):
@@ -787,14 +788,18 @@ def binding_mode(facts: FileFacts, scope, name: str, value: ast.AST, stmt: ast.A
     return "unknown"
 
 
-def _train_chain(value: ast.AST) -> bool:
-    """``Net(...).train()``, ``make().train(True).to(device)``: a chain that ends in train mode."""
+def _train_chain(value: ast.AST) -> bool | None:
+    """``Net(...).train()``, ``make().train(True).to(device)``: a chain that ends in train mode
+    (True); ``.train(flag)`` last: None (unknown); anything else False."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
         attr, args = value.func.attr, [*value.args, *(k.value for k in value.keywords)]
         if attr == "eval":
             return False
         if attr == "train":
-            return not args or (len(args) == 1 and literal_bool(args[0]) is True)
+            if not args:
+                return True
+            flag = literal_bool(args[0]) if len(args) == 1 else False
+            return None if flag is None else flag
         value = value.func.value
     return False
 
