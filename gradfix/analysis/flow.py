@@ -17,6 +17,9 @@ written. Not modelled: `break`/`continue` through a `finally`, exceptions a `wit
 What the facts are and how a statement changes them is the caller's: ``effect(stmt, state)``
 gives the state after ``stmt``'s own expressions run (its header for a compound statement),
 ``before`` maps a statement to the state that a planned insertion right before it sets.
+``refine(test, state, truth)``, when given, is what an `if` test tells on each branch (the body
+runs where it held, the `else` where it failed): :func:`not_instance_at` uses it for
+`isinstance` narrowing.
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ class ForwardFlow:
         effect: Callable[[ast.stmt, State], State],
         before: Mapping[int, State] | None = None,
         loops_may_skip: bool = False,
+        refine: Callable[[ast.expr, State, bool], State] | None = None,
     ):
         self.effect = effect
+        self.refine = refine
         self.before = before or {}
         self.loops_may_skip = loops_may_skip  # also leave a loop from its entry (no iteration)
         self.at: dict[int, State] = {}
@@ -75,7 +80,10 @@ class ForwardFlow:
         for seen in self._inside_try:
             seen.append(after)
         if isinstance(stmt, ast.If):
-            return self._block(stmt.body, after) | self._block(stmt.orelse, after)
+            if self.refine is None:
+                return self._block(stmt.body, after) | self._block(stmt.orelse, after)
+            taken, failed = self.refine(stmt.test, after, True), self.refine(stmt.test, after, False)
+            return self._block(stmt.body, taken) | self._block(stmt.orelse, failed)
         if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
             return self._loop(stmt, after)
         if isinstance(stmt, (ast.With, ast.AsyncWith)):
@@ -163,3 +171,74 @@ def always_ran_before(parents: Mapping[ast.AST, ast.AST], body: list[ast.stmt], 
 
     flow = ForwardFlow(body, frozenset({False}), effect, loops_may_skip=True)
     return flow.at.get(id(point), NOWHERE) == ran
+
+
+NOT_INSTANCE: State = frozenset({"other"})
+
+
+def not_instance_at(
+    parents: Mapping[ast.AST, ast.AST],
+    body: list[ast.stmt],
+    name: str,
+    point: ast.AST,
+    is_class: Callable[[ast.expr], bool],
+) -> bool:
+    """Whether on every path through ``body`` to ``point`` the name ``name`` failed an
+    `isinstance(name, C)` test (``is_class(C)``, or a tuple holding such a C) since it was last
+    bound: the `else` of `if isinstance(net, nn.Module):`, the body of `if not isinstance(...)`,
+    the code after `if isinstance(net, nn.Module): ... return`. `and`/`or`/`not` are followed."""
+    stmt = innermost_statement(parents, point)
+    return stmt is not None and not_instance_flow(body, name, is_class).at.get(id(stmt)) == NOT_INSTANCE
+
+
+def not_instance_flow(body: list[ast.stmt], name: str, is_class: Callable[[ast.expr], bool]) -> ForwardFlow:
+    """The flow behind :func:`not_instance_at`: its state at a statement is
+    :data:`NOT_INSTANCE` where ``name`` is known to have failed the test."""
+
+    def tested(test: ast.expr) -> bool | None:
+        """True: the test is `isinstance(name, C)`; None: something else."""
+        if not (isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance"):
+            return None
+        if len(test.args) != 2 or _dotted(test.args[0]) != name:
+            return None
+        kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
+        return True if any(is_class(k) for k in kinds) else None
+
+    def refine(test: ast.expr, state: State, truth: bool) -> State:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return refine(test.operand, state, not truth)
+        if isinstance(test, ast.BoolOp):
+            # `a and b` held: both held; `a or b` failed: both failed. Otherwise nothing is known.
+            if isinstance(test.op, ast.And) == truth:
+                for value in test.values:
+                    state = refine(value, state, truth)
+            return state
+        if tested(test) is None or not state:
+            return state
+        return frozenset({"instance" if truth else "other"})
+
+    def effect(stmt: ast.stmt, state: State) -> State:
+        if isinstance(stmt, (ast.For, ast.AsyncFor)):
+            header = [stmt.target]
+        elif isinstance(stmt, (ast.With, ast.AsyncWith)):
+            header = [i.optional_vars for i in stmt.items if i.optional_vars is not None]
+        elif isinstance(stmt, (ast.If, ast.While, ast.Match, *_TRY)):
+            header = []
+        else:
+            header = [stmt]
+        for part in header:
+            if any(isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load) for n in ast.walk(part)):
+                return frozenset({"maybe"})  # bound again: another value
+        return state
+
+    return ForwardFlow(body, frozenset({"maybe"}), effect, refine=refine)
+
+
+def _dotted(expr: ast.AST) -> str | None:
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    return ".".join([expr.id, *reversed(parts)])

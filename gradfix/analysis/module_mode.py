@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 
 from gradfix.analysis.calls import callee, callees, callers, dead, unbound
-from gradfix.analysis.flow import ForwardFlow, innermost_statement
+from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, innermost_statement, not_instance_flow
 from gradfix.analysis.insertion import body_start
-from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, strip_moves
+from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, qualify, strip_moves
 from gradfix.analysis.vocabulary import (
     FUNCTIONS,
     LOOPS,
@@ -227,6 +227,131 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     return evidence
 
 
+def fresh_local(facts: FileFacts, name: str, at: ast.AST):
+    """The function whose own object ``name`` is at ``at``: the nearest enclosing function that
+    binds its root by assignment (not as a parameter, not `global`/`nonlocal`). Such a name is a
+    new object of that function (`m = make(...)` in one test is not another test's `m`). None for
+    a parameter, a global, module-level code and `self.x`, which may share evidence by name."""
+    scope = _binding_scope(facts, name, at)
+    if scope is None or scope is _ANY or not isinstance(scope, FUNCTIONS):
+        return None
+    args = scope.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
+    return None if name.split(".", 1)[0] in params else scope
+
+
+def another_functions_object(facts: FileFacts, scope, name: str, node: ast.AST) -> bool:
+    """``name`` at ``node`` is a fresh object of another function than ``scope`` (see
+    :func:`fresh_local`), and that function never calls ``scope``: what it does to its own
+    `m` (`m = make(); m.eval()` in one test) cannot reach ``scope``'s module."""
+    own = fresh_local(facts, name, node)
+    if own is None or own is scope or (scope is not None and is_descendant(facts, scope, own)):
+        return False
+    return scope is None or not any(scope in callees(facts, c).defs for c in own_calls(facts, own))
+
+
+def evidence_for(facts: FileFacts, name: str, at: ast.AST) -> list[ast.AST]:
+    """The nodes of :func:`trained_evidence` that are about the object ``name`` is at ``at``.
+
+    A function's own object (:func:`fresh_local`) is trained only by its own function: its
+    switches and training calls, and its calls that hand it to a file function that trains
+    the parameter it lands in. Parameters, globals and attributes share evidence by name (as
+    `def train(net)` and `def test(net)` called with one model do), but never a fresh object
+    of another function, unless that function passes it to the one holding ``at``."""
+    own = fresh_local(facts, name, at)
+    func = facts.function_of.get(at)
+    cls = owner_class(facts, at) if name.split(".", 1)[0] in ("self", "cls") else None
+    key = ("module_mode.evidence_for", name, id(own), id(func), id(cls))
+    return facts.memo(key, lambda: _evidence_for(facts, name, at, own, func))
+
+
+def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[ast.AST]:
+    trained = trained_evidence(facts)
+    nodes = [e for e in trained.get(name, ()) if same_object(facts, name, at, e) and fresh_local(facts, name, e) is own]
+    if own is not None:
+        for call in own_calls(facts, own):
+            for helper in callees(facts, call).defs:
+                if helper is own:
+                    continue
+                for param in passed_names(helper, call, (name,)) - {name}:
+                    if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, helper) for e in trained.get(param, ())):
+                        nodes.append(call)
+        return list(dict.fromkeys(nodes))
+    if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
+        for call in facts.calls:  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
+            caller = facts.function_of.get(call)
+            if caller is func or func not in callees(facts, call).defs:
+                continue
+            for arg in (*call.args, *(k.value for k in call.keywords)):
+                passed = dotted_name(arg)
+                if passed and name in passed_names(func, call, (passed,)) and fresh_local(facts, passed, call) is not None:
+                    nodes += [e for e in trained.get(passed, ()) if fresh_local(facts, passed, e) is fresh_local(facts, passed, call)]
+    return list(dict.fromkeys(nodes))
+
+
+def not_a_module(facts: FileFacts, name: str, at: ast.AST) -> bool:
+    """``name`` at ``at`` is no nn.Module, so it has no train/eval mode (`.eval()` on it raises
+    AttributeError): it failed an `isinstance(name, nn.Module)` test on every path there (see
+    :func:`gradfix.analysis.flow.not_instance_at`), or every binding of it that ``at`` sees
+    builds an instance of a project class that does not derive from nn.Module."""
+    func = facts.function_of.get(at)
+    if name in _isinstance_tested(facts, func):
+        body = facts.tree.body if func is None else getattr(func, "body", [])
+        if isinstance(body, list):
+            flow = facts.memo(
+                ("module_mode.narrowing", id(func), name),
+                lambda: not_instance_flow(body, name, lambda c: facts.qualname(c) in _MODULE_CLASS),
+            )
+            if flow.at.get(id(innermost_statement(facts.parents, at))) == NOT_INSTANCE:
+                return True
+    return facts.memo(("module_mode.no_module_bindings", name, id(_binding_scope(facts, name, at))), lambda: _no_module_bindings(facts, name, at))
+
+
+def _isinstance_tested(facts: FileFacts, func) -> set[str]:
+    """Names that `isinstance(name, ...)` tests in ``func``'s own code."""
+
+    def compute():
+        return {
+            dotted_name(c.args[0])
+            for c in facts.calls_in(func)
+            if isinstance(c.func, ast.Name) and c.func.id == "isinstance" and len(c.args) == 2
+        } - {None}
+
+    return facts.memo(("module_mode.isinstance_tested", id(func)), compute)
+
+
+def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST) -> bool:
+    """Every binding of ``name`` that ``at`` sees builds an instance of a project class that
+    does not derive from nn.Module (none: unknown, False)."""
+    sens = sensitivity_of(facts)
+    names = sens.trees[sens.module][1]
+    scope = _binding_scope(facts, name, at)
+    values = []
+    for node in _assignments(facts):
+        if scope is not _ANY and facts.function_of.get(node) is not scope:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        if any(dotted_name(t) == name for t in targets):
+            values.append(strip_moves(node.value))
+    if not values:
+        return False
+    for value in values:
+        qual = qualify(names, value.func) if isinstance(value, ast.Call) else None
+        if qual is None or sens.is_module_class(qual) is not False:
+            return False
+    return True
+
+
+def _assignments(facts: FileFacts) -> list[ast.stmt]:
+    return facts.memo(
+        ("module_mode.assignments",),
+        lambda: [n for n in facts.function_of if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None],
+    )
+
+
+_MODULE_CLASS = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+
+
 def mode_api(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     """The class of ``func`` has its own `train`/`eval` methods that switch the module: its
     users set the mode through them (`agent.eval()` … `agent.train()`), not its other methods.
@@ -399,7 +524,7 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
         if scope is func or isinstance(scope, ast.Lambda):
             continue
         passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
-        switched = {s.receiver for s in own_switches(facts, scope)}
+        switched = {s.receiver for s in own_switches(facts, scope)} | {r for _, r in flag_writes(facts, scope)}
         known = set(names) | {p for p in passed if any(related(p, r) for r in switched)}
         if any(any(related(r, n) for n in known) for r in switched) and _set_at(facts, scope, call, known, allowed):
             return True
@@ -575,6 +700,7 @@ def evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]
 def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
     items = _switch_items(facts, scope, names, parts=True)
     items += _call_items(facts, scope, names, {id(i.node) for i in items})
+    items += [ModeItem(stmt, "unknown") for stmt, r in flag_writes(facts, scope) if any(related(r, n) for n in names)]
     roots = {n.split(".", 1)[0] for n in names}
     for stmt in facts.statements(scope):
         if facts.function_of.get(stmt) is not scope:
@@ -597,10 +723,169 @@ def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem
                     pairs = list(zip(target.elts, stmt.value.elts))
             for t, v in pairs:
                 if isinstance(t, ast.Name) and t.id in roots:
-                    kind = "eval" if _eval_chain(v) else "trained" if _new_module(t.id, v) else None
-                    if kind:
-                        items.append(ModeItem(stmt, kind))
+                    item = _binding_item(facts, scope, t.id, v, stmt)
+                    if item is not None:
+                        items.append(item)
     return sorted(items, key=lambda i: i.key)
+
+
+def _binding_item(facts: FileFacts, scope, name: str, value: ast.AST, stmt: ast.stmt) -> ModeItem | None:
+    """What binding ``name = value`` does to its mode (:func:`binding_mode`); a value of
+    unknown mode that the file trains (evidence about that very object) is in train mode."""
+    mode = binding_mode(facts, scope, name, value, stmt)
+    if mode is None:
+        return None
+    if isinstance(mode, frozenset):
+        return ModeItem(stmt, "call", modes=mode)
+    if mode == "unknown" and evidence_for(facts, name, stmt):
+        mode = "trained"
+    return ModeItem(stmt, mode)
+
+
+def binding_mode(facts: FileFacts, scope, name: str, value: ast.AST, stmt: ast.AST):
+    """The mode of the module that ``name = value`` binds, at ``stmt`` in ``scope``: "eval",
+    "trained", "unknown", the modes of the module it copies (a frozenset), or None when it is
+    the module the name already holds (`m = m.cuda()`, `m = DDP(m)`).
+
+    A fresh nn.Module (a torch.nn layer, a project class deriving from nn.Module, a torchvision
+    or timm constructor) is in train mode; `….eval()` / `.train(False)` chained gives eval,
+    `.train()` chained train; `X.from_pretrained(...)` gives eval: transformers'
+    `PreTrainedModel.from_pretrained` ends with `model.eval()  # Set model in evaluation mode
+    to deactivate Dropout modules by default` (src/transformers/modeling_utils.py), and
+    diffusers' `ModelMixin.from_pretrained` and peft's `PeftModel.from_pretrained` (unless
+    `is_trainable`) do the same. `copy.deepcopy(m)` copies the `training` flags: m's mode there
+    (the caller's mode of a parameter is unknown here). A file helper whose every `return`
+    gives an eval-mode (train-mode) module gives eval (train). Anything else is unknown."""
+    if _eval_chain(value):
+        return "eval"
+    chained = _train_chain(value)
+    if chained is not False:
+        return "trained" if chained else "unknown"  # `.train(flag)`: whatever the flag says
+    base = strip_moves(value)
+    if isinstance(base, ast.Call):
+        if not _new_module(name, value):
+            return None
+        if facts.call_qualname(base) in ("copy.deepcopy", "copy.copy") and base.args:
+            return _source_modes(facts, scope, base.args[0], stmt)
+        if isinstance(base.func, ast.Attribute) and base.func.attr == "from_pretrained":
+            return "eval"
+        helpers = [f for f in callees(facts, base).defs if f is not scope]
+        if helpers:
+            modes = {returned_mode(facts, f) for f in helpers}
+            return modes.pop() if len(modes) == 1 else "unknown"
+        return "trained" if _fresh_module_call(facts, base) else "unknown"
+    source = dotted_name(base)
+    if source is not None:
+        return None if source == name else _source_modes(facts, scope, base, stmt)
+    return "unknown"
+
+
+def _train_chain(value: ast.AST) -> bool | None:
+    """``Net(...).train()``, ``make().train(True).to(device)``: a chain that ends in train mode
+    (True); ``.train(flag)`` last: None (unknown); anything else False."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        attr, args = value.func.attr, [*value.args, *(k.value for k in value.keywords)]
+        if attr == "eval":
+            return False
+        if attr == "train":
+            if not args:
+                return True
+            flag = literal_bool(args[0]) if len(args) == 1 else False
+            return None if flag is None else flag
+        value = value.func.value
+    return False
+
+
+def _fresh_module_call(facts: FileFacts, call: ast.Call) -> bool:
+    """``call`` builds a new nn.Module: a torch.nn class, a project class deriving from
+    nn.Module (through the project index), a torchvision / timm model constructor."""
+    sens = sensitivity_of(facts)
+    qual = qualify(sens.trees[sens.module][1], call.func)
+    if qual is None:
+        return False
+    if qual.startswith("torchvision.models.") or qual == "timm.create_model":
+        return True
+    return sens.is_module_class(qual) is True
+
+
+def _guarded(facts: FileFacts, key, compute, default):
+    """``compute()``, or ``default`` when it is already being computed (a cycle through
+    copies or helpers: `a = deepcopy(b)` … `b = deepcopy(a)`)."""
+    busy = facts.memo(("module_mode.busy",), set)
+    if key in busy:
+        return default
+    busy.add(key)
+    try:
+        return compute()
+    finally:
+        busy.discard(key)
+
+
+def _source_modes(facts: FileFacts, scope, source: ast.AST, stmt: ast.AST):
+    """The modes the module ``source`` can be in at ``stmt`` (a copy or alias of it gets them);
+    the caller's mode (ENTRY) of another name is unknown here."""
+    name = dotted_name(strip_moves(source))
+    if name is None:
+        return "unknown"
+    key = ("module_mode.source", id(scope), name, id(stmt))
+    modes = _guarded(facts, key, lambda: modes_at(facts, scope, stmt, evaluation_items(facts, scope, {name})), None)
+    if not modes:
+        return "unknown"
+    return frozenset(UNSET if m == ENTRY else m for m in modes)
+
+
+def returned_mode(facts: FileFacts, func) -> str:
+    """``func``'s summary for the module it returns: "eval" when every `return` gives an
+    eval-mode module (`return Net(cfg).eval()`, or `m.eval(); return m`), "trained" when every
+    one gives a train-mode one, else "unknown"."""
+    key = ("module_mode.returned_mode", id(func))
+    return facts.memo(key, lambda: _guarded(facts, key, lambda: _returned_mode(facts, func), "unknown"))
+
+
+def _returned_mode(facts: FileFacts, func) -> str:
+    returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and facts.function_of.get(n) is func]
+    if not returns or any(r.value is None for r in returns):
+        return "unknown"
+    modes: set[str] = set()
+    for ret in returns:
+        mode = binding_mode(facts, func, "", ret.value, ret)
+        if isinstance(mode, str) or mode is None:
+            modes |= {{"eval": EVAL, "trained": TRAINED}.get(mode, UNSET)}
+        else:
+            modes |= mode
+    if modes == {EVAL}:
+        return "eval"
+    return "trained" if modes <= {TRAIN, TRAINED} else "unknown"
+
+
+def flag_writes(facts: FileFacts, scope) -> list[tuple[ast.stmt, str]]:
+    """``scope``'s own writes of a `training` flag, with the module they set: `m.training =
+    False` sets ``m``'s own flag (not its children's), `for layer in model.layers:
+    layer.training = False` sets parts of ``model``. Either way the author manages the mode by
+    hand: the module's mode is unknown afterwards, never plain train mode."""
+
+    def compute():
+        out = []
+        for stmt in facts.statements(scope):
+            if facts.function_of.get(stmt) is not scope or not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                continue
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                if not (isinstance(target, ast.Attribute) and target.attr == "training"):
+                    continue
+                receiver = dotted_name(target.value)
+                loop = facts.parents.get(stmt)
+                while receiver is not None and loop is not None and loop is not scope:
+                    if isinstance(loop, (ast.For, ast.AsyncFor)) and receiver.split(".", 1)[0] in bound_names(loop.target):
+                        source = loop.iter.func.value if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Attribute) else loop.iter
+                        receiver = dotted_name(source)  # `model.layers`, `model.modules()` -> model
+                        break
+                    loop = facts.parents.get(loop)
+                if receiver is not None:
+                    out.append((stmt, receiver))
+        return out
+
+    return facts.memo(("module_mode.flag_writes", id(scope)), compute)
 
 
 def evaluated_at(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
@@ -725,6 +1010,8 @@ def train_mode_reaches(facts: FileFacts, func, names: tuple[str, ...], node: ast
     if mode_api(facts, func, names):
         return False
     modes = modes_at(facts, func, node, evaluation_items(facts, func, set(names)))
+    if fresh_local(facts, names[0], node) is func:
+        modes -= {ENTRY}  # its own object: only its binding and what follows set the mode
     if TRAINED in modes:
         return True
     return ENTRY in modes and not (_managed_by_enclosing(facts, func, names) or _managed_by_caller(facts, func, names))

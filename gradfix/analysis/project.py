@@ -72,6 +72,9 @@ _KNOWN_SENSITIVE = re.compile(
     r"segmentation_models_pytorch\.|efficientnet_pytorch\.|pretrainedmodels\.)|\.from_pretrained$"
 )
 _BUILTIN_CALLS = frozenset(dir(__import__("builtins")))
+# Classes that are nn.Modules outside torch.nn, and torch.nn names that are not.
+_MODULE_CLASSES = frozenset({"pytorch_lightning.LightningModule", "lightning.LightningModule", "lightning.pytorch.LightningModule"})
+_NOT_MODULES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.functional"})
 # Methods of plain Python values seen in constructors: they build no layer.
 _PLAIN_METHODS = frozenset(
     "get pop append extend insert items keys values update setdefault copy format split join strip "
@@ -402,7 +405,49 @@ class Sensitivity:
             return self.of_qualname(names[name], call, depth + 1, module)
         return UNKNOWN
 
+    def is_module_class(self, qualname: str, depth: int = 0, near: str | None = None) -> bool | None:
+        """Whether ``qualname`` names a class deriving (transitively) from ``torch.nn.Module``:
+        True for torch.nn's classes and LightningModule, False for a project class whose bases
+        all resolve to project classes that are not modules (or to none: `class Sequential:`,
+        a notebook's own container with `__call__`, has no `.eval()`), None when unknown."""
+        if qualname in _NOT_MODULES:
+            return False
+        if qualname in _MODULE_CLASSES:
+            return True
+        if qualname.startswith("torch.nn."):  # a class (`Linear`), not a function (`functional.relu`)
+            path = qualname.split(".")
+            return True if path[-1][:1].isupper() and path[2] not in ("functional", "init", "utils") else None
+        if depth > 8 or qualname in _BUILTIN_CALLS:
+            return False if qualname == "object" else None
+        near = self.module if near is None else near
+        module = self.module if qualname.rpartition(".")[0] == self.module else None
+        if module is None and self.index is not None:
+            module = self.index.find_module(qualname, near)
+        loaded = self._load(module) if module is not None else None
+        if loaded is None:
+            return None
+        tree, names = loaded
+        name = qualname.rpartition(".")[2]
+        for stmt in tree.body:
+            if isinstance(stmt, ast.ClassDef) and stmt.name == name:
+                verdicts = []
+                for base in stmt.bases:
+                    qual = qualify(names, base)
+                    if qual is None and isinstance(base, ast.Name) and base.id in _BUILTIN_CALLS:
+                        qual = base.id  # `object`, `dict`: no module
+                    verdicts.append(self.is_module_class(qual, depth + 1, module) if qual else None)
+                if any(v is True for v in verdicts):
+                    return True
+                return False if all(v is False for v in verdicts) and not stmt.keywords else None
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
+                return None  # a factory: what it returns is another question
+        if name in names and names[name] != qualname:
+            return self.is_module_class(names[name], depth + 1, module)
+        return None
+
     def of_call(self, call: ast.Call, names: dict[str, str], depth: int = 0, near: str | None = None) -> str:
+        if not isinstance(call, ast.Call):
+            return UNKNOWN  # `return model.cuda()` in a factory: strip_moves leaves the name
         qual = qualify(names, call.func)
         if qual is None:
             return UNKNOWN

@@ -10,9 +10,13 @@ from gradfix.lazy import cst
 from gradfix.analysis.gradflow import short_code
 from gradfix.analysis.insertion import body_start, insert_before, statement_at, unused_name
 from gradfix.analysis.module_mode import (
+    built_here,
+    evidence_for,
     forward_target,
+    fresh_local,
     is_descendant,
     module_sensitivity,
+    not_a_module,
     not_an_evaluation,
     outer_disabled_region,
     pos,
@@ -21,9 +25,8 @@ from gradfix.analysis.module_mode import (
     same_object,
     switches,
     train_mode_reaches,
-    trained_evidence,
 )
-from gradfix.analysis.project import FREE
+from gradfix.analysis.project import FREE, SENSITIVE
 from gradfix.analysis.vocabulary import FUNCTIONS, is_training_scope
 from gradfix.facts import FileFacts, GradRegion, bound_names
 from gradfix.model import FixSafety
@@ -48,14 +51,13 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
 
 
 def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
-    trained = trained_evidence(facts)
     gaps: dict[ast.AST, EvalGap] = {}
     for call in sorted(facts.calls, key=pos):  # source order: the first call is the one reported
         func = facts.function_of.get(call)
         if not isinstance(func, FUNCTIONS) or outer_disabled_region(facts, call) is None:
             continue
         target = forward_target(facts, call)
-        found = _evaluated_module(facts, call, target, trained) if target is not None else None
+        found = _evaluated_module(facts, call, target) if target is not None else None
         if found is None:
             continue
         module, evidence = found
@@ -75,16 +77,25 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
     return sorted(gaps.values(), key=lambda g: pos(g.call))
 
 
-def _evaluated_module(facts: FileFacts, call: ast.Call, target: str, trained) -> tuple[str, str] | None:
-    """The module a forward call runs, when the file trains it (so it is in train mode here
-    unless something switches it) and it is not mode-free (sensitive, or unknown)."""
+def _evaluated_module(facts: FileFacts, call: ast.Call, target: str) -> tuple[str, str] | None:
+    """The module a forward call runs, when the file trains that very object (so it is in
+    train mode here unless something switches it) and it is not mode-free (sensitive, or
+    unknown); or when the function builds it itself, mode-sensitive, in train mode. Never
+    something that is no nn.Module at all (it has no `.eval()`)."""
     parts = target.split(".")
     for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
-        nodes = [e for e in trained.get(p, ()) if same_object(facts, p, call, e)]
+        if not_a_module(facts, p, call):
+            return None
+        nodes = evidence_for(facts, p, call)
         if nodes:
             if module_sensitivity(facts, p, call) == FREE:
                 return None  # `.eval()` would change nothing
             return p, f"trained at line {nodes[0].lineno}"
+        own = fresh_local(facts, p, call)
+        if own is not None and module_sensitivity(facts, p, call) == SENSITIVE:
+            built = [b for b in built_here(facts, own, p) if pos(b) < pos(call)]
+            if built:
+                return p, f"built at line {built[-1].lineno}"
     return None
 
 
@@ -101,6 +112,17 @@ class NoGradWithoutEval(Rule):
     `model = Net().eval()`, no helper called before it whose own flow leaves it in eval mode,
     no enclosing function or caller that switches it first. A module built in the function
     (`model = Net()`) or left in train mode by a helper is in train mode whatever the caller did.
+
+    The evidence is about the object, not the name: a function's own `m = make()` is not
+    another function's `m` (two tests), so only its own flow (and the training functions it
+    hands `m` to) says what mode it is in, starting from what its binding gives: train for a
+    new nn.Module, eval for `X.from_pretrained(...)` (transformers and diffusers loaders call
+    `.eval()`), for `Net().eval()` and for a helper whose every `return` is in eval mode,
+    the copied module's mode for `copy.deepcopy(m)`, unknown otherwise (and unknown with no
+    training of that object is not reported). Something that is no nn.Module has no mode: an
+    instance of a class that does not derive from nn.Module (a notebook's own `Sequential`),
+    or `net` where `isinstance(net, nn.Module)` failed. Setting `layer.training` by hand is
+    the author managing the mode.
 
     A module that is mode-free (every layer it builds acts the same in both modes: `Linear`,
     `ReLU`, `Conv2d`, `LayerNorm`, an LSTM without dropout...; judged across the project's
@@ -356,10 +378,14 @@ class NoGradWithoutEval(Rule):
             "    model.eval()\n    with torch.no_grad():\n        for x, y in batches:\n            out, hidden = model(x, hidden)\n"
             "            total += (out - y).pow(2).sum().item()\n    return total\n",
         ),
-        # a module built in the function without `.eval()`: reported, but `.eval()` cannot go
-        # before the binding, so no automatic fix
+        # a mode-sensitive module built in the function without `.eval()`: it is in train mode
+        # whatever other functions do; reported, but `.eval()` cannot go before the binding,
+        # so no automatic fix
         Invalid(
-            "import torch\n" + _TRAIN + "\n@torch.no_grad()\ndef predict(path, x):\n    model = Net()\n"
+            "import torch\nfrom torch import nn\n\nclass Net(nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.body = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))\n\n"
+            "    def forward(self, x):\n        return self.body(x)\n\n" + _TRAIN
+            + "\n@torch.no_grad()\ndef predict(path, x):\n    model = Net()\n"
             "    model.load_state_dict(torch.load(path))\n    return model(x)\n",
             None,
         ),

@@ -9,6 +9,7 @@ from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
     all_train_at,
+    another_functions_object,
     built_here,
     constructed,
     evaluated_after_training,
@@ -17,6 +18,7 @@ from gradfix.analysis.module_mode import (
     mode_api,
     mode_items,
     module_sensitivity,
+    not_a_module,
     optimized_modules,
     other_global,
     own_calls,
@@ -324,6 +326,7 @@ class TrainWithoutTrainMode(Rule):
                     n.lineno
                     for n in nodes
                     if same_object(facts, m, anchor, n)
+                    and not another_functions_object(facts, scope, m, n)
                     and not other_global(facts, scope, m, n)
                     and not evaluated_after_training(facts, scope, n)
                 ]
@@ -349,8 +352,8 @@ class TrainWithoutTrainMode(Rule):
         findings: dict[tuple, list[str]] = {}
         notes: dict[tuple, tuple] = {}
         for module, uses in uses_by_module.items():
-            if module_sensitivity(facts, module, uses[0]) == FREE:
-                continue  # training a mode-free module in eval mode changes nothing
+            if module_sensitivity(facts, module, uses[0]) == FREE or not_a_module(facts, module, uses[0]):
+                continue  # training a mode-free module in eval mode changes nothing; a non-module has no mode
             items = mode_items(facts, scope, {module})
             built = built_here(facts, scope, module)
             if built and not any(i.kind != "train" for i in items):
