@@ -153,85 +153,110 @@ class FileFacts:
 
     # -- the one walk -------------------------------------------------------------------
     def _collect(self) -> None:
-        # The hot loop of report mode: identity checks on the node type and a cached list of
-        # child fields (no expression contexts, no plain-value fields) instead of
-        # ast.iter_child_nodes, which is several times slower.
+        # The hot loop of report mode, run once per node of the file: one dict lookup tells a
+        # node's kind (most kinds need nothing but their children) and its child fields (no
+        # expression contexts, operators or plain values), instead of ast.iter_child_nodes and
+        # a chain of type tests. The stack holds nodes only; a function body is bracketed by two
+        # (scope, function) entries that switch the current scope when popped, so every node
+        # is visited, and every list filled, in the same depth-first order as a stack of
+        # (node, scope, function) would.
         module_scope = Scope(self.tree)
         self.scope_of_node[self.tree] = module_scope
-        # (node, its scope, its function); a node's parent is recorded when it is pushed.
-        stack: list[tuple[ast.AST, Scope, FunctionNode | None]] = [(self.tree, module_scope, None)]
+        scope: Scope = module_scope
+        func: FunctionNode | None = None
+        stack: list = [self.tree]
         parents = self.parents
         function_of = self.function_of
+        scope_of_node = self.scope_of_node
         calls, withs, functions = self.calls, self.withs, self.functions
         push, pop = stack.append, stack.pop
-        # Node types as locals: the loop runs once per node of the file.
-        AST, Name, Load, Constant, Call, ClassDef = ast.AST, ast.Name, ast.Load, ast.Constant, ast.Call, ast.ClassDef
-        With, AsyncWith, Import, ImportFrom, Lambda = ast.With, ast.AsyncWith, ast.Import, ast.ImportFrom, ast.Lambda
-        ExceptHandler, Global, Nonlocal = ast.ExceptHandler, ast.Global, ast.Nonlocal
-        scope_kinds, fields_of = _SCOPE_KINDS, _FIELDS
+        AST, Name, Load, Lambda, ScopeSwitch = ast.AST, ast.Name, ast.Load, ast.Lambda, tuple
+        kinds = _WALK
         while stack:
-            node, scope, func = pop()
-            function_of[node] = func
+            node = pop()
             kind = type(node)
-            if kind is Name:
+            if kind is Name:  # the commonest node: a leaf, maybe a binding
+                function_of[node] = func
                 if type(node.ctx) is not Load:
                     scope.locals.add(node.id)
-                continue  # no children worth visiting
-            if kind is Constant:
                 continue
-            if kind is Call:
-                calls.append(node)
-            elif kind in scope_kinds:
-                if kind is not Lambda:
-                    scope.locals.add(node.name)
-                    functions.append(node)
-                inner_scope = Scope(node)
-                self.scope_of_node[node] = inner_scope
-                args = node.args
-                for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
-                    if a is not None:
-                        inner_scope.locals.add(a.arg)
-                # Decorators, defaults and annotations run in the enclosing scope.
-                for child in _children(node):
-                    parents[child] = node
-                    if _inside_function_scope(node, child):
-                        push((child, inner_scope, node))
-                    else:
-                        push((child, scope, func))
+            if kind is ScopeSwitch:
+                scope, func = node
                 continue
-            elif kind is With or kind is AsyncWith:
-                withs.append(node)
-            elif kind is Import:
-                for alias in node.names:
-                    if alias.asname:
-                        scope.imports[alias.asname] = alias.name
-                    else:
-                        top = alias.name.split(".")[0]
-                        scope.imports[top] = top
-            elif kind is ImportFrom:
-                if node.module and not node.level:
+            function_of[node] = func
+            walk = kinds.get(kind)
+            if walk is None:
+                walk = _walk_info(kind)
+            tag, fields = walk
+            if tag:
+                if tag == _CALL:
+                    calls.append(node)
+                elif tag == _LEAF:
+                    continue
+                elif tag == _SCOPE:
+                    if kind is not Lambda:
+                        scope.locals.add(node.name)
+                        functions.append(node)
+                    inner_scope = Scope(node)
+                    scope_of_node[node] = inner_scope
+                    args = node.args
+                    inner_locals = inner_scope.locals
+                    for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                        if a is not None:
+                            inner_locals.add(a.arg)
+                    # Decorators, defaults and annotations run in the enclosing scope; the body
+                    # (a lambda's expression) in the function's own.
+                    body = node.body
+                    for name in fields:
+                        value = getattr(node, name, None)
+                        if value is body:
+                            push((scope, func))  # popped after the body: back to this scope
+                            if type(value) is list:
+                                for item in value:
+                                    parents[item] = node
+                                    push(item)
+                            else:
+                                parents[value] = node
+                                push(value)
+                            push((inner_scope, node))  # popped before the body
+                        elif type(value) is list:
+                            for item in value:
+                                if isinstance(item, AST):
+                                    parents[item] = node
+                                    push(item)
+                        elif isinstance(value, AST):
+                            parents[value] = node
+                            push(value)
+                    continue
+                elif tag == _WITH:
+                    withs.append(node)
+                elif tag == _IMPORT:
                     for alias in node.names:
-                        if alias.name != "*":
-                            scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif kind is ClassDef:
-                scope.locals.add(node.name)
-            elif kind is ExceptHandler and node.name:
-                scope.locals.add(node.name)
-            elif kind is Global or kind is Nonlocal:
-                scope.globals.update(node.names)
-            fields = fields_of.get(kind)
-            if fields is None:
-                fields = _child_fields(kind)
+                        if alias.asname:
+                            scope.imports[alias.asname] = alias.name
+                        else:
+                            top = alias.name.split(".")[0]
+                            scope.imports[top] = top
+                elif tag == _IMPORT_FROM:
+                    if node.module and not node.level:
+                        for alias in node.names:
+                            if alias.name != "*":
+                                scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                elif tag == _NAMED:  # a class, or an except clause's name
+                    if node.name:
+                        scope.locals.add(node.name)
+                elif tag == _GLOBAL:
+                    scope.globals.update(node.names)
             for name in fields:
                 value = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
                         if isinstance(item, AST):
                             parents[item] = node
-                            push((item, scope, func))
+                            push(item)
                 elif isinstance(value, AST):
                     parents[value] = node
-                    push((value, scope, func))
+                    push(value)
 
     # -- positions ------------------------------------------------------------------------
     def char_col(self, line: int, byte_col: int) -> int:
@@ -499,37 +524,34 @@ class FileFacts:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
 
 
-_SCOPE_KINDS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
-# Fields that never hold child nodes worth visiting (names, flags, expression contexts).
-_NOT_CHILDREN = frozenset({"ctx", "id", "attr", "arg", "level", "module", "is_async", "kind", "conversion", "type_comment", "name"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
+# Fields that never hold child nodes worth visiting (names, flags, expression contexts,
+# operators: ``ast.Add()`` and its like are shared singletons, no node's own child).
+_NOT_CHILDREN = frozenset(
+    {"ctx", "id", "attr", "arg", "level", "module", "is_async", "kind", "conversion", "type_comment", "name", "op", "ops"}
+)
+# What the facts walk does at a node of each kind: nothing but visit its children (0), or record it.
+_CALL, _LEAF, _SCOPE, _WITH, _IMPORT, _IMPORT_FROM, _NAMED, _GLOBAL = range(1, 9)
+_TAGS = {
+    ast.Call: _CALL,
+    ast.Constant: _LEAF,
+    ast.FunctionDef: _SCOPE,
+    ast.AsyncFunctionDef: _SCOPE,
+    ast.Lambda: _SCOPE,
+    ast.With: _WITH,
+    ast.AsyncWith: _WITH,
+    ast.Import: _IMPORT,
+    ast.ImportFrom: _IMPORT_FROM,
+    ast.ClassDef: _NAMED,
+    ast.ExceptHandler: _NAMED,
+    ast.Global: _GLOBAL,
+    ast.Nonlocal: _GLOBAL,
+}
+_WALK: dict[type, tuple[int, tuple[str, ...]]] = {}
 
 
-def _child_fields(kind: type) -> tuple[str, ...]:
-    fields = _FIELDS.get(kind)
-    if fields is None:
-        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NOT_CHILDREN)
-    return fields
-
-
-def _children(node: ast.AST) -> list[ast.AST]:
-    out: list[ast.AST] = []
-    for name in _child_fields(type(node)):
-        value = getattr(node, name, None)
-        if type(value) is list:
-            out.extend(item for item in value if isinstance(item, ast.AST))
-        elif isinstance(value, ast.AST):
-            out.append(value)
-    return out
-
-
-def _inside_function_scope(func: FunctionNode, child: ast.AST) -> bool:
-    # Only the body: the parameters' defaults and annotations (``func.args``) are evaluated in
-    # the enclosing scope, where the function is defined; the parameter names themselves are
-    # added to the function's scope directly.
-    if isinstance(func, ast.Lambda):
-        return child is func.body
-    return child in func.body
+def _walk_info(kind: type) -> tuple[int, tuple[str, ...]]:
+    info = _WALK[kind] = (_TAGS.get(kind, 0), tuple(f for f in kind._fields if f not in _NOT_CHILDREN))
+    return info
 
 
 def _own_statements(body: Iterable[ast.stmt]) -> list[ast.stmt]:
