@@ -125,6 +125,7 @@ class FileFacts:
         self.calls: list[ast.Call] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        self._by_kind: dict[type, list[ast.AST]] = {kind: [] for kind in _INDEXED}
         #: The :class:`~gradfix.analysis.project.ProjectIndex` of the run, or None (one file).
         self.project = project
         self._memo: dict[Any, Any] = {}
@@ -168,9 +169,9 @@ class FileFacts:
         parents = self.parents
         function_of = self.function_of
         scope_of_node = self.scope_of_node
-        calls, withs, functions = self.calls, self.withs, self.functions
+        calls, withs, functions, by_kind = self.calls, self.withs, self.functions, self._by_kind
         push, pop = stack.append, stack.pop
-        AST, Name, Load, Lambda, ScopeSwitch = ast.AST, ast.Name, ast.Load, ast.Lambda, tuple
+        AST, Name, Load, Lambda, ClassDef, ScopeSwitch = ast.AST, ast.Name, ast.Load, ast.Lambda, ast.ClassDef, tuple
         kinds = _WALK
         while stack:
             node = pop()
@@ -193,6 +194,8 @@ class FileFacts:
                     calls.append(node)
                 elif tag == _LEAF:
                     continue
+                elif tag == _INDEX:
+                    by_kind[kind].append(node)
                 elif tag == _SCOPE:
                     if kind is not Lambda:
                         scope.locals.add(node.name)
@@ -238,11 +241,14 @@ class FileFacts:
                             top = alias.name.split(".")[0]
                             scope.imports[top] = top
                 elif tag == _IMPORT_FROM:
+                    by_kind[kind].append(node)
                     if node.module and not node.level:
                         for alias in node.names:
                             if alias.name != "*":
                                 scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
                 elif tag == _NAMED:  # a class, or an except clause's name
+                    if kind is ClassDef:
+                        by_kind[kind].append(node)
                     if node.name:
                         scope.locals.add(node.name)
                 elif tag == _GLOBAL:
@@ -421,15 +427,20 @@ class FileFacts:
                     return GradRegion(func, dec, None, "disabled", True)
         return None
 
+    @cached_property
+    def _regions_by_owner(self) -> dict[ast.AST, list[GradRegion]]:
+        by_owner: dict[ast.AST, list[GradRegion]] = {}
+        for r in self.regions:
+            by_owner.setdefault(r.owner, []).append(r)
+        return by_owner
+
     def regions_around(self, node: ast.AST) -> list[GradRegion]:
         """Grad regions whose body contains ``node``, innermost first.
 
         A decorator region counts only for nodes of that very function (a nested ``def``
         runs later, in whatever mode its caller has).
         """
-        by_owner: dict[ast.AST, list[GradRegion]] = {}
-        for r in self.regions:
-            by_owner.setdefault(r.owner, []).append(r)
+        by_owner = self._regions_by_owner
         out: list[GradRegion] = []
         current = self.parents.get(node)
         child = node
@@ -482,6 +493,11 @@ class FileFacts:
         return list(self._calls_by_scope.get(func, ()))
 
 
+    def nodes_of(self, kind: type) -> list[ast.AST]:
+        """Every node of type ``kind`` in the file (``ast.Assign``, ``ast.Subscript``, ... : the
+        kinds in ``_INDEXED``), in the order of ``function_of``. Do not modify the list."""
+        return self._by_kind[kind]
+
     def statements(self, func: FunctionNode | None) -> Iterator[ast.stmt]:
         """Statements owned by ``func`` (not those of nested functions), in source order."""
         found = self._statements.get(func)
@@ -530,8 +546,12 @@ _NOT_CHILDREN = frozenset(
     {"ctx", "id", "attr", "arg", "level", "module", "is_async", "kind", "conversion", "type_comment", "name", "op", "ops"}
 )
 # What the facts walk does at a node of each kind: nothing but visit its children (0), or record it.
-_CALL, _LEAF, _SCOPE, _WITH, _IMPORT, _IMPORT_FROM, _NAMED, _GLOBAL = range(1, 9)
+_CALL, _LEAF, _SCOPE, _WITH, _IMPORT, _IMPORT_FROM, _NAMED, _GLOBAL, _INDEX = range(1, 10)
+# Kinds whose nodes the walk also lists for :meth:`FileFacts.nodes_of` (rules and analyses
+# would otherwise each scan every node of the file for them).
+_INDEXED = (ast.Assign, ast.AnnAssign, ast.Subscript, ast.Compare, ast.ClassDef, ast.ImportFrom, ast.Yield, ast.YieldFrom)
 _TAGS = {
+    **{kind: _INDEX for kind in _INDEXED},
     ast.Call: _CALL,
     ast.Constant: _LEAF,
     ast.FunctionDef: _SCOPE,
@@ -554,6 +574,30 @@ def _walk_info(kind: type) -> tuple[int, tuple[str, ...]]:
     return info
 
 
+def descendants(root: ast.AST) -> list[ast.AST]:
+    """``root`` and every node below it, as ``ast.walk`` finds them but in no particular order
+    and without expression contexts and operators (``ast.Load()``, ``ast.Add()``), in a list:
+    for questions any one node answers (``any(isinstance(n, ast.Yield) for n in ...)``)."""
+    out: list[ast.AST] = []
+    todo = [root]
+    push, pop, append, AST, kinds = todo.append, todo.pop, out.append, ast.AST, _WALK
+    while todo:
+        node = pop()
+        append(node)
+        walk = kinds.get(type(node))
+        if walk is None:
+            walk = _walk_info(type(node))
+        for name in walk[1]:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, AST):
+                        push(item)
+            elif isinstance(value, AST):
+                push(value)
+    return out
+
+
 def _own_statements(body: Iterable[ast.stmt]) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     _add_own_statements(body, out)
@@ -565,19 +609,31 @@ _NOT_OWNED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 def _add_own_statements(body: Iterable[ast.stmt], out: list[ast.stmt]) -> None:
     # In source order: a statement, then the statements of its blocks (a list, not nested
-    # generators: this runs once per statement of every function).
+    # generators: this runs once per statement of every function). Which blocks a statement
+    # has is looked up once per kind: most statements have none.
     for stmt in body:
         out.append(stmt)
-        if isinstance(stmt, _NOT_OWNED):
-            continue
-        for name in ("body", "orelse", "finalbody"):
+        blocks = _BLOCKS.get(type(stmt))
+        if blocks is None:
+            blocks = _block_fields(type(stmt))
+        for name in blocks:
             block = getattr(stmt, name, None)
-            if block:
+            if not block:
+                continue
+            if name == "handlers" or name == "cases":
+                for clause in block:
+                    _add_own_statements(clause.body, out)
+            else:
                 _add_own_statements(block, out)
-        for handler in getattr(stmt, "handlers", None) or ():
-            _add_own_statements(handler.body, out)
-        for case in getattr(stmt, "cases", None) or ():
-            _add_own_statements(case.body, out)
+
+
+_BLOCKS: dict[type, tuple[str, ...]] = {}
+
+
+def _block_fields(kind: type) -> tuple[str, ...]:
+    owned = not issubclass(kind, _NOT_OWNED)
+    fields = _BLOCKS[kind] = tuple(f for f in ("body", "orelse", "finalbody", "handlers", "cases") if owned and f in kind._fields)
+    return fields
 
 
 def bound_names(target: ast.AST) -> list[str]:
