@@ -442,6 +442,8 @@ class FileFacts:
         """
         by_owner = self._regions_by_owner
         out: list[GradRegion] = []
+        if not by_owner:
+            return out  # no grad region in the file: no chain of parents to climb
         current = self.parents.get(node)
         child = node
         while current is not None:
