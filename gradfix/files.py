@@ -92,18 +92,29 @@ def path_spec(lines: Iterable[str]) -> pathspec.PathSpec:
 
 class _Gitignore:
     """One ``.gitignore``'s verdict on paths below its folder: True (ignored), False (re-included
-    by a ``!`` line) or None (no line matches). Most paths match no line: one regex made of
-    all the lines rules those out in one search, instead of pathspec trying each line's regex
-    in turn; pathspec decides the rest (which line wins, negations, folder-only lines)."""
+    by a ``!`` line) or None (no line matches). Most paths match no line: once a file has been
+    asked about a few paths, one regex made of all its lines rules those out in one search,
+    instead of pathspec trying each line's regex in turn (compiling it costs about as much as
+    a few dozen such checks); pathspec decides the rest (which line wins, negations, folder
+    lines)."""
 
     def __init__(self, spec: pathspec.PathSpec):
         self.spec = spec
-        self.any_line = _any_line(spec)
+        self.any_line: Callable[[str], object] | None = None
+        self._asked = 0
 
     def verdict(self, path: str) -> bool | None:
-        if self.any_line is not None and self.any_line(path) is None:
+        any_line = self.any_line
+        if any_line is None and self._asked <= _COMBINE_AFTER:
+            self._asked += 1
+            if self._asked > _COMBINE_AFTER:
+                any_line = self.any_line = _any_line(self.spec)
+        if any_line is not None and any_line(path) is None:
             return None
         return self.spec.check_file(path).include
+
+
+_COMBINE_AFTER = 32  # paths asked about one .gitignore before its lines are combined
 
 
 _NAMED_GROUP = re.compile(r"\(\?P<\w+>")

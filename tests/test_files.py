@@ -183,12 +183,26 @@ def test_one_regex_for_a_whole_gitignore_agrees_with_pathspec(lines, path):
         stock = pathspec.GitIgnoreSpec.from_lines(lines)
     except Exception:
         return
+    ignore = files._Gitignore(files.path_spec(lines))
+    ignore.any_line = files._any_line(ignore.spec) or ignore.any_line  # combined from the first path on
     for name in (path, path.strip("/") + "/"):
-        assert files._gitignore(tuple(lines)).verdict(name) == stock.check_file(name).include
+        assert ignore.verdict(name) == stock.check_file(name).include
 
 
 def test_a_gitignore_the_combined_regex_cannot_express_is_matched_line_by_line():
     # `*a*a*a*b` is matched through a backreference (no backtracking): no combined regex then.
-    ignore = files._gitignore(("*a*a*a*b", "!keep*"))
+    spec = files.path_spec(["*a*a*a*b", "!keep*"])
+    assert files._any_line(spec) is None
+    ignore = files._Gitignore(spec)
+    for _ in range(files._COMBINE_AFTER + 2):
+        assert ignore.verdict("x/aaab") is True and ignore.verdict("keepaaab") is False and ignore.verdict("c.py") is None
     assert ignore.any_line is None
-    assert ignore.verdict("x/aaab") is True and ignore.verdict("keepaaab") is False and ignore.verdict("c.py") is None
+
+
+def test_a_gitignore_asked_about_many_paths_combines_its_lines_and_keeps_its_verdicts():
+    ignore = files._Gitignore(files.path_spec(["*.log", "build/", "!keep.log", "/top.py"]))
+    paths = ["a.log", "keep.log", "sub/build/", "sub/build", "top.py", "sub/top.py", "m.py"]
+    expected = [True, False, True, None, True, None, None]
+    for _ in range(files._COMBINE_AFTER):
+        assert [ignore.verdict(p) for p in paths] == expected
+    assert ignore.any_line is not None
