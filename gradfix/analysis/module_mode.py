@@ -211,15 +211,14 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
             name = dotted_name(call.func)
             if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
                 continue
-            if name.endswith(".forward"):
-                name = name[: -len(".forward")]
-            if name not in module_like or LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
-                continue  # (first: the cheapest test, and most calls fail it)
             if facts.grad_mode_at(call) == "disabled":
                 continue  # a training scope's samples or frozen teacher: not what it trains
+            if name.endswith(".forward"):
+                name = name[: -len(".forward")]
             if trains_here and not any(related(t, name) for t in trains_here):
                 continue
-            evidence.setdefault(name, []).append(call)
+            if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
+                evidence.setdefault(name, []).append(call)
     evidence.pop("self", None)
     return evidence
 
