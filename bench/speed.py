@@ -19,7 +19,9 @@ gradfix would (``PYTHONDONTWRITEBYTECODE`` is dropped for the children).
   SARIF (which carries each finding's own fix): SARIF time per finding must stay flat.
 
 Machines are shared and noisy: compare figures from one run only, and say the load (``uptime``).
-Nothing is asserted.
+``--baseline DIR`` (another checkout of gradfix, e.g. a ``git worktree`` of main) measures it
+too, in the same run: each gradfix row is followed by the baseline's, run right after it on
+the same tree and against the same floors. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -40,7 +42,17 @@ from gradfix.files import discover  # noqa: E402
 
 DEFAULT_TREES = [Path("/work/trees") / name for name in ("timm", "fairseq", "lightning", "examples")]
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-ENV["PYTHONPATH"] = str(ROOT) + (os.pathsep + ENV["PYTHONPATH"] if ENV.get("PYTHONPATH") else "")
+OUTER_PATH = ENV.get("PYTHONPATH")
+
+
+def env_of(root: Path) -> dict:
+    """The environment that runs the gradfix of checkout ``root``."""
+    return {**ENV, "PYTHONPATH": str(root) + (os.pathsep + OUTER_PATH if OUTER_PATH else "")}
+
+
+ENV = env_of(ROOT)
+#: (label, environment) of each gradfix measured: this checkout, then any --baseline.
+CHECKOUTS: list[tuple[str, dict]] = [("", ENV)]
 
 FLOOR_SERIAL = """
 import ast, sys
@@ -99,8 +111,9 @@ def startup(repeat: int, scratch: Path) -> None:
         ("`gradfix --version`", gradfix("--version")),
         ("`gradfix one.py` (report, 1 finding)", gradfix("--no-cache", str(sample))),
     ):
-        cpu, wall = measure(command, repeat)
-        print(f"| {label} | {cpu:.3f} | {cpu - base_cpu:+.3f} | {wall:.3f} |")
+        for which, env in CHECKOUTS:
+            cpu, wall = measure(command, repeat, env)
+            print(f"| {label}{which} | {cpu:.3f} | {cpu - base_cpu:+.3f} | {wall:.3f} |")
     print()
 
 
@@ -118,25 +131,27 @@ def trees(paths: list[Path], repeat: int, jobs: int, scratch: Path) -> None:
         size = sum(os.path.getsize(f) for f in files) / 1e6
         floor = measure([sys.executable, "-c", FLOOR_SERIAL, str(listing)], repeat)
         floor_pool = measure([sys.executable, "-c", FLOOR_POOLED, str(listing), str(jobs)], repeat)
-        env_for = lambda cache: {**ENV, "GRADFIX_CACHE_DIR": str(cache)}  # noqa: E731
         report = ["--no-notebooks", str(tree)]
-        single = min(
-            (measure(gradfix("-j", "1", *report), 1, env_for(scratch / f"c1-{tree.name}-{i}")) for i in range(repeat)),
-        )
-        pooled = min(
-            (measure(gradfix("-j", str(jobs), *report), 1, env_for(scratch / f"cp-{tree.name}-{i}")) for i in range(repeat)),
-        )
-        warm = measure(gradfix("-j", str(jobs), *report), repeat, env_for(scratch / f"cp-{tree.name}-0"))
-        done = subprocess.run(
-            gradfix("--no-cache", "--format", "json", *report), env=ENV, capture_output=True, text=True
-        )
-        findings = done.stdout.count('"code":')
-        print(
-            f"| {tree.name} | {len(files)} | {size:.1f} | {findings} | {floor[0]:.2f} / {floor[1]:.2f} |"
-            f" {single[0]:.2f} / {single[1]:.2f} | {single[0] / floor[0]:.2f}x |"
-            f" {floor_pool[0]:.2f} / {floor_pool[1]:.2f} | {pooled[0]:.2f} / {pooled[1]:.2f} |"
-            f" {pooled[0] / floor_pool[0]:.2f}x | {warm[0]:.2f} / {warm[1]:.2f} | {warm[0] / pooled[0]:.0%} |"
-        )
+        for number, (which, env) in enumerate(CHECKOUTS):
+            env_for = lambda cache: {**env, "GRADFIX_CACHE_DIR": str(cache)}  # noqa: E731
+            cache = f"{tree.name}-{number}"
+            single = min(
+                (measure(gradfix("-j", "1", *report), 1, env_for(scratch / f"c1-{cache}-{i}")) for i in range(repeat)),
+            )
+            pooled = min(
+                (measure(gradfix("-j", str(jobs), *report), 1, env_for(scratch / f"cp-{cache}-{i}")) for i in range(repeat)),
+            )
+            warm = measure(gradfix("-j", str(jobs), *report), repeat, env_for(scratch / f"cp-{cache}-0"))
+            done = subprocess.run(
+                gradfix("--no-cache", "--format", "json", *report), env=env, capture_output=True, text=True
+            )
+            findings = done.stdout.count('"code":')
+            print(
+                f"| {tree.name}{which} | {len(files)} | {size:.1f} | {findings} | {floor[0]:.2f} / {floor[1]:.2f} |"
+                f" {single[0]:.2f} / {single[1]:.2f} | {single[0] / floor[0]:.2f}x |"
+                f" {floor_pool[0]:.2f} / {floor_pool[1]:.2f} | {pooled[0]:.2f} / {pooled[1]:.2f} |"
+                f" {pooled[0] / floor_pool[0]:.2f}x | {warm[0]:.2f} / {warm[1]:.2f} | {warm[0] / pooled[0]:.0%} |"
+            )
     print()
 
 
@@ -148,10 +163,11 @@ def sarif_scaling(repeat: int, scratch: Path) -> None:
         path = scratch / f"findings_{count}.py"
         body = "".join(f"def f{i}(x):\n    with torch.no_grad:\n        y = x * {i}\n    return y\n\n" for i in range(count))
         path.write_text("import torch\n\n" + body)
-        text, _ = measure(gradfix("--no-cache", str(path)), repeat)
-        sarif, _ = measure(gradfix("--no-cache", "--format", "sarif", str(path)), repeat)
-        diff, _ = measure(gradfix("--diff", str(path)), repeat)
-        print(f"| {count} | {text:.2f} | {sarif:.2f} | {1000 * sarif / count:.1f} | {diff:.2f} |")
+        for which, env in CHECKOUTS:
+            text, _ = measure(gradfix("--no-cache", str(path)), repeat, env)
+            sarif, _ = measure(gradfix("--no-cache", "--format", "sarif", str(path)), repeat, env)
+            diff, _ = measure(gradfix("--diff", str(path)), repeat, env)
+            print(f"| {count}{which} | {text:.2f} | {sarif:.2f} | {1000 * sarif / count:.1f} | {diff:.2f} |")
     print()
 
 
@@ -160,12 +176,17 @@ def main() -> None:
     parser.add_argument("trees", nargs="*", type=Path, help="source trees (default: /work/trees/{timm,fairseq,lightning,examples})")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="pool size for the pooled runs")
+    parser.add_argument("--baseline", type=Path, help="another gradfix checkout to measure in the same run")
+    parser.add_argument("--no-sarif", action="store_true", help="skip the SARIF scaling table")
     args = parser.parse_args()
+    if args.baseline is not None:
+        CHECKOUTS[:] = [(" (this)", ENV), (f" ({args.baseline.name})", env_of(args.baseline.resolve()))]
     paths = args.trees or [t for t in DEFAULT_TREES if t.is_dir()]
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} on {os.cpu_count()} cores\n")
     with tempfile.TemporaryDirectory(prefix="gradfix-bench-") as scratch:
         startup(max(args.repeat, 3), Path(scratch))
-        sarif_scaling(args.repeat, Path(scratch))
+        if not args.no_sarif:
+            sarif_scaling(args.repeat, Path(scratch))
         trees(paths, args.repeat, args.jobs, Path(scratch))
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 

@@ -88,6 +88,9 @@ def _excluded_by_config(path: Path, config) -> bool:
 
 
 def _display(path: Path) -> str:
+    text = str(path)
+    if os.sep == "/" and not text.startswith(("/", "..")) and os.path.normpath(text) == text:
+        return text  # already relative to here (what the walk yields): relpath would be itself
     try:
         rel = os.path.relpath(path)
     except ValueError:
@@ -391,19 +394,32 @@ def _inert_extend_select(settings: Settings, patterns: tuple[str, ...]) -> list[
 PROGRESS_MIN_FILES = 50
 
 
+def _folder_config(folder: str, known: dict[str, object]):
+    """``config_for_dir`` of a walked folder: its parent's, unless the folder itself holds a
+    pyproject.toml or a .git. The walk follows no link below the folder it started from, so
+    that is the question config_for_dir asks of the resolved path, without resolving it."""
+    parent = known.get(os.path.dirname(folder))
+    if parent is not None and folder and not (
+        os.path.isfile(os.path.join(folder, "pyproject.toml")) or os.path.lexists(os.path.join(folder, ".git"))
+    ):
+        return parent
+    return config_for_dir(Path(folder).resolve())
+
+
 def _settings_resolver(cli: CliOverrides):
     """(config, settings) of a file, looked up once per folder; one Settings object per config
     unless per-file-ignores make them differ (a named file: by its own resolved path)."""
-    folders: dict[Path, object] = {}
+    folders: dict[str, object] = {}
     shared: dict[int, Settings] = {}
 
     def settings_of(path: Path, explicit: bool):
         if explicit:
             config = config_for_file(path)
         else:
-            config = folders.get(path.parent)
+            folder = os.path.dirname(path)  # a string: cheaper to hash than a Path, once per file
+            config = folders.get(folder)
             if config is None:
-                config = folders[path.parent] = config_for_dir(path.parent.resolve())
+                config = folders[folder] = _folder_config(folder, folders)
         if config.per_file_ignores:
             return config, settings_for(path, config, cli)
         if id(config) not in shared:

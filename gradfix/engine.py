@@ -116,8 +116,11 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     rules = [r.load()(settings.options_for(r.code), enabled) for r in triggered]
     facts = build_facts(text, path, tree, project)
     findings: list[Finding] = []
-    for rule in rules:
-        findings.extend(f for f in rule.check(facts) if not _suppressed(f, facts.lines))
+    try:
+        for rule in rules:
+            findings.extend(f for f in rule.check(facts) if not _suppressed(f, facts.lines))
+    finally:
+        facts.release()
     findings.sort(key=lambda f: (f.span.line, f.span.col, f.code))
     return _dedupe(findings)
 

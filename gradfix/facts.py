@@ -125,6 +125,7 @@ class FileFacts:
         self.calls: list[ast.Call] = []
         self.withs: list[ast.With | ast.AsyncWith] = []
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
+        self._by_kind: dict[type, list[ast.AST]] = {kind: [] for kind in _INDEXED}
         #: The :class:`~gradfix.analysis.project.ProjectIndex` of the run, or None (one file).
         self.project = project
         self._memo: dict[Any, Any] = {}
@@ -144,87 +145,124 @@ class FileFacts:
             value = self._memo[key] = compute()
             return value
 
+    def release(self) -> None:
+        """Forget what the analyses derived, once every rule has run. Some of it refers back
+        to these facts (a gradflow ``Flow`` holds them), and that cycle would keep the file's
+        whole tree alive until the cyclic collector finds it: tens of thousands of objects
+        traversed per file instead of freed by reference counting."""
+        self._memo.clear()
+
     # -- the one walk -------------------------------------------------------------------
     def _collect(self) -> None:
-        # The hot loop of report mode: identity checks on the node type and a cached list of
-        # child fields (no expression contexts, no plain-value fields) instead of
-        # ast.iter_child_nodes, which is several times slower.
+        # The hot loop of report mode, run once per node of the file: one dict lookup tells a
+        # node's kind (most kinds need nothing but their children) and its child fields (no
+        # expression contexts, operators or plain values), instead of ast.iter_child_nodes and
+        # a chain of type tests. The stack holds nodes only; a function body is bracketed by two
+        # (scope, function) entries that switch the current scope when popped, so every node
+        # is visited, and every list filled, in the same depth-first order as a stack of
+        # (node, scope, function) would.
         module_scope = Scope(self.tree)
         self.scope_of_node[self.tree] = module_scope
-        # (node, its scope, its function); a node's parent is recorded when it is pushed.
-        stack: list[tuple[ast.AST, Scope, FunctionNode | None]] = [(self.tree, module_scope, None)]
+        scope: Scope = module_scope
+        func: FunctionNode | None = None
+        stack: list = [self.tree]
         parents = self.parents
         function_of = self.function_of
-        calls, withs, functions = self.calls, self.withs, self.functions
+        scope_of_node = self.scope_of_node
+        calls, withs, functions, by_kind = self.calls, self.withs, self.functions, self._by_kind
         push, pop = stack.append, stack.pop
-        # Node types as locals: the loop runs once per node of the file.
-        AST, Name, Load, Constant, Call, ClassDef = ast.AST, ast.Name, ast.Load, ast.Constant, ast.Call, ast.ClassDef
-        With, AsyncWith, Import, ImportFrom, Lambda = ast.With, ast.AsyncWith, ast.Import, ast.ImportFrom, ast.Lambda
-        ExceptHandler, Global, Nonlocal = ast.ExceptHandler, ast.Global, ast.Nonlocal
-        scope_kinds, fields_of = _SCOPE_KINDS, _FIELDS
+        AST, Name, Load, Lambda, ClassDef, ScopeSwitch = ast.AST, ast.Name, ast.Load, ast.Lambda, ast.ClassDef, tuple
+        kinds = _WALK
         while stack:
-            node, scope, func = pop()
-            function_of[node] = func
+            node = pop()
             kind = type(node)
-            if kind is Name:
+            if kind is Name:  # the commonest node: a leaf, maybe a binding
+                function_of[node] = func
                 if type(node.ctx) is not Load:
                     scope.locals.add(node.id)
-                continue  # no children worth visiting
-            if kind is Constant:
                 continue
-            if kind is Call:
-                calls.append(node)
-            elif kind in scope_kinds:
-                if kind is not Lambda:
-                    scope.locals.add(node.name)
-                    functions.append(node)
-                inner_scope = Scope(node)
-                self.scope_of_node[node] = inner_scope
-                args = node.args
-                for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
-                    if a is not None:
-                        inner_scope.locals.add(a.arg)
-                # Decorators, defaults and annotations run in the enclosing scope.
-                for child in _children(node):
-                    parents[child] = node
-                    if _inside_function_scope(node, child):
-                        push((child, inner_scope, node))
-                    else:
-                        push((child, scope, func))
+            if kind is ScopeSwitch:
+                scope, func = node
                 continue
-            elif kind is With or kind is AsyncWith:
-                withs.append(node)
-            elif kind is Import:
-                for alias in node.names:
-                    if alias.asname:
-                        scope.imports[alias.asname] = alias.name
-                    else:
-                        top = alias.name.split(".")[0]
-                        scope.imports[top] = top
-            elif kind is ImportFrom:
-                if node.module and not node.level:
+            function_of[node] = func
+            walk = kinds.get(kind)
+            if walk is None:
+                walk = _walk_info(kind)
+            tag, fields = walk
+            if tag:
+                if tag == _CALL:
+                    calls.append(node)
+                elif tag == _LEAF:
+                    continue
+                elif tag == _INDEX:
+                    by_kind[kind].append(node)
+                elif tag == _SCOPE:
+                    if kind is not Lambda:
+                        scope.locals.add(node.name)
+                        functions.append(node)
+                    inner_scope = Scope(node)
+                    scope_of_node[node] = inner_scope
+                    args = node.args
+                    inner_locals = inner_scope.locals
+                    for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                        if a is not None:
+                            inner_locals.add(a.arg)
+                    # Decorators, defaults and annotations run in the enclosing scope; the body
+                    # (a lambda's expression) in the function's own.
+                    body = node.body
+                    for name in fields:
+                        value = getattr(node, name, None)
+                        if value is body:
+                            push((scope, func))  # popped after the body: back to this scope
+                            if type(value) is list:
+                                for item in value:
+                                    parents[item] = node
+                                    push(item)
+                            else:
+                                parents[value] = node
+                                push(value)
+                            push((inner_scope, node))  # popped before the body
+                        elif type(value) is list:
+                            for item in value:
+                                if isinstance(item, AST):
+                                    parents[item] = node
+                                    push(item)
+                        elif isinstance(value, AST):
+                            parents[value] = node
+                            push(value)
+                    continue
+                elif tag == _WITH:
+                    withs.append(node)
+                elif tag == _IMPORT:
                     for alias in node.names:
-                        if alias.name != "*":
-                            scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif kind is ClassDef:
-                scope.locals.add(node.name)
-            elif kind is ExceptHandler and node.name:
-                scope.locals.add(node.name)
-            elif kind is Global or kind is Nonlocal:
-                scope.globals.update(node.names)
-            fields = fields_of.get(kind)
-            if fields is None:
-                fields = _child_fields(kind)
+                        if alias.asname:
+                            scope.imports[alias.asname] = alias.name
+                        else:
+                            top = alias.name.split(".")[0]
+                            scope.imports[top] = top
+                elif tag == _IMPORT_FROM:
+                    by_kind[kind].append(node)
+                    if node.module and not node.level:
+                        for alias in node.names:
+                            if alias.name != "*":
+                                scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                elif tag == _NAMED:  # a class, or an except clause's name
+                    if kind is ClassDef:
+                        by_kind[kind].append(node)
+                    if node.name:
+                        scope.locals.add(node.name)
+                elif tag == _GLOBAL:
+                    scope.globals.update(node.names)
             for name in fields:
                 value = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
                         if isinstance(item, AST):
                             parents[item] = node
-                            push((item, scope, func))
+                            push(item)
                 elif isinstance(value, AST):
                     parents[value] = node
-                    push((value, scope, func))
+                    push(value)
 
     # -- positions ------------------------------------------------------------------------
     def char_col(self, line: int, byte_col: int) -> int:
@@ -389,16 +427,23 @@ class FileFacts:
                     return GradRegion(func, dec, None, "disabled", True)
         return None
 
+    @cached_property
+    def _regions_by_owner(self) -> dict[ast.AST, list[GradRegion]]:
+        by_owner: dict[ast.AST, list[GradRegion]] = {}
+        for r in self.regions:
+            by_owner.setdefault(r.owner, []).append(r)
+        return by_owner
+
     def regions_around(self, node: ast.AST) -> list[GradRegion]:
         """Grad regions whose body contains ``node``, innermost first.
 
         A decorator region counts only for nodes of that very function (a nested ``def``
         runs later, in whatever mode its caller has).
         """
-        by_owner: dict[ast.AST, list[GradRegion]] = {}
-        for r in self.regions:
-            by_owner.setdefault(r.owner, []).append(r)
+        by_owner = self._regions_by_owner
         out: list[GradRegion] = []
+        if not by_owner:
+            return out  # no grad region in the file: no chain of parents to climb
         current = self.parents.get(node)
         child = node
         while current is not None:
@@ -450,6 +495,11 @@ class FileFacts:
         return list(self._calls_by_scope.get(func, ()))
 
 
+    def nodes_of(self, kind: type) -> list[ast.AST]:
+        """Every node of type ``kind`` in the file (``ast.Assign``, ``ast.Subscript``, ... : the
+        kinds in ``_INDEXED``), in the order of ``function_of``. Do not modify the list."""
+        return self._by_kind[kind]
+
     def statements(self, func: FunctionNode | None) -> Iterator[ast.stmt]:
         """Statements owned by ``func`` (not those of nested functions), in source order."""
         found = self._statements.get(func)
@@ -492,37 +542,62 @@ class FileFacts:
         return self.lines[line - 1] if 0 < line <= len(self.lines) else ""
 
 
-_SCOPE_KINDS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
-# Fields that never hold child nodes worth visiting (names, flags, expression contexts).
-_NOT_CHILDREN = frozenset({"ctx", "id", "attr", "arg", "level", "module", "is_async", "kind", "conversion", "type_comment", "name"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
+# Fields that never hold child nodes worth visiting (names, flags, expression contexts,
+# operators: ``ast.Add()`` and its like are shared singletons, no node's own child).
+_NOT_CHILDREN = frozenset(
+    {"ctx", "id", "attr", "arg", "level", "module", "is_async", "kind", "conversion", "type_comment", "name", "op", "ops"}
+)
+# What the facts walk does at a node of each kind: nothing but visit its children (0), or record it.
+_CALL, _LEAF, _SCOPE, _WITH, _IMPORT, _IMPORT_FROM, _NAMED, _GLOBAL, _INDEX = range(1, 10)
+# Kinds whose nodes the walk also lists for :meth:`FileFacts.nodes_of` (rules and analyses
+# would otherwise each scan every node of the file for them).
+_INDEXED = (ast.Assign, ast.AnnAssign, ast.Subscript, ast.Compare, ast.ClassDef, ast.ImportFrom, ast.Yield, ast.YieldFrom)
+_TAGS = {
+    **{kind: _INDEX for kind in _INDEXED},
+    ast.Call: _CALL,
+    ast.Constant: _LEAF,
+    ast.FunctionDef: _SCOPE,
+    ast.AsyncFunctionDef: _SCOPE,
+    ast.Lambda: _SCOPE,
+    ast.With: _WITH,
+    ast.AsyncWith: _WITH,
+    ast.Import: _IMPORT,
+    ast.ImportFrom: _IMPORT_FROM,
+    ast.ClassDef: _NAMED,
+    ast.ExceptHandler: _NAMED,
+    ast.Global: _GLOBAL,
+    ast.Nonlocal: _GLOBAL,
+}
+_WALK: dict[type, tuple[int, tuple[str, ...]]] = {}
 
 
-def _child_fields(kind: type) -> tuple[str, ...]:
-    fields = _FIELDS.get(kind)
-    if fields is None:
-        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _NOT_CHILDREN)
-    return fields
+def _walk_info(kind: type) -> tuple[int, tuple[str, ...]]:
+    info = _WALK[kind] = (_TAGS.get(kind, 0), tuple(f for f in kind._fields if f not in _NOT_CHILDREN))
+    return info
 
 
-def _children(node: ast.AST) -> list[ast.AST]:
+def descendants(root: ast.AST) -> list[ast.AST]:
+    """``root`` and every node below it, as ``ast.walk`` finds them but in no particular order
+    and without expression contexts and operators (``ast.Load()``, ``ast.Add()``), in a list:
+    for questions any one node answers (``any(isinstance(n, ast.Yield) for n in ...)``)."""
     out: list[ast.AST] = []
-    for name in _child_fields(type(node)):
-        value = getattr(node, name, None)
-        if type(value) is list:
-            out.extend(item for item in value if isinstance(item, ast.AST))
-        elif isinstance(value, ast.AST):
-            out.append(value)
+    todo = [root]
+    push, pop, append, AST, kinds = todo.append, todo.pop, out.append, ast.AST, _WALK
+    while todo:
+        node = pop()
+        append(node)
+        walk = kinds.get(type(node))
+        if walk is None:
+            walk = _walk_info(type(node))
+        for name in walk[1]:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, AST):
+                        push(item)
+            elif isinstance(value, AST):
+                push(value)
     return out
-
-
-def _inside_function_scope(func: FunctionNode, child: ast.AST) -> bool:
-    # Only the body: the parameters' defaults and annotations (``func.args``) are evaluated in
-    # the enclosing scope, where the function is defined; the parameter names themselves are
-    # added to the function's scope directly.
-    if isinstance(func, ast.Lambda):
-        return child is func.body
-    return child in func.body
 
 
 def _own_statements(body: Iterable[ast.stmt]) -> list[ast.stmt]:
@@ -536,19 +611,31 @@ _NOT_OWNED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 def _add_own_statements(body: Iterable[ast.stmt], out: list[ast.stmt]) -> None:
     # In source order: a statement, then the statements of its blocks (a list, not nested
-    # generators: this runs once per statement of every function).
+    # generators: this runs once per statement of every function). Which blocks a statement
+    # has is looked up once per kind: most statements have none.
     for stmt in body:
         out.append(stmt)
-        if isinstance(stmt, _NOT_OWNED):
-            continue
-        for name in ("body", "orelse", "finalbody"):
+        blocks = _BLOCKS.get(type(stmt))
+        if blocks is None:
+            blocks = _block_fields(type(stmt))
+        for name in blocks:
             block = getattr(stmt, name, None)
-            if block:
+            if not block:
+                continue
+            if name == "handlers" or name == "cases":
+                for clause in block:
+                    _add_own_statements(clause.body, out)
+            else:
                 _add_own_statements(block, out)
-        for handler in getattr(stmt, "handlers", None) or ():
-            _add_own_statements(handler.body, out)
-        for case in getattr(stmt, "cases", None) or ():
-            _add_own_statements(case.body, out)
+
+
+_BLOCKS: dict[type, tuple[str, ...]] = {}
+
+
+def _block_fields(kind: type) -> tuple[str, ...]:
+    owned = not issubclass(kind, _NOT_OWNED)
+    fields = _BLOCKS[kind] = tuple(f for f in ("body", "orelse", "finalbody", "handlers", "cases") if owned and f in kind._fields)
+    return fields
 
 
 def bound_names(target: ast.AST) -> list[str]:

@@ -90,13 +90,68 @@ def path_spec(lines: Iterable[str]) -> pathspec.PathSpec:
     return _path_spec(tuple(lines))
 
 
-def _gitignore_spec(directory: Path) -> pathspec.PathSpec | None:
+class _Gitignore:
+    """One ``.gitignore``'s verdict on paths below its folder: True (ignored), False (re-included
+    by a ``!`` line) or None (no line matches). Most paths match no line: once a file has been
+    asked about a few paths, one regex made of all its lines rules those out in one search,
+    instead of pathspec trying each line's regex in turn (compiling it costs about as much as
+    a few dozen such checks); pathspec decides the rest (which line wins, negations, folder
+    lines)."""
+
+    def __init__(self, spec: pathspec.PathSpec):
+        self.spec = spec
+        self.any_line: Callable[[str], object] | None = None
+        self._asked = 0
+
+    def verdict(self, path: str) -> bool | None:
+        any_line = self.any_line
+        if any_line is None and self._asked <= _COMBINE_AFTER:
+            self._asked += 1
+            if self._asked > _COMBINE_AFTER:
+                any_line = self.any_line = _any_line(self.spec)
+        if any_line is not None and any_line(path) is None:
+            return None
+        return self.spec.check_file(path).include
+
+
+_COMBINE_AFTER = 32  # paths asked about one .gitignore before its lines are combined
+
+
+_NAMED_GROUP = re.compile(r"\(\?P<\w+>")
+
+
+def _any_line(spec: pathspec.PathSpec) -> Callable[[str], object] | None:
+    """A search that finds something in a path exactly when one of ``spec``'s lines' regexes
+    would (their alternation, named groups made plain: pathspec reads them only from a match
+    it made itself), or None where that cannot be built (a backreference, other flags)."""
+    parts = []
+    for pattern in spec.patterns:
+        if pattern.include is None or pattern.regex is None:
+            continue  # pathspec skips these lines too
+        regex = pattern.regex
+        if not isinstance(regex.pattern, str) or regex.flags != re.UNICODE or "(?P=" in regex.pattern:
+            return None
+        parts.append(_NAMED_GROUP.sub("(?:", regex.pattern))
+    try:
+        combined = re.compile("|".join(f"(?:{part})" for part in parts) or "(?!)")
+    except re.error:
+        return None
+    # pathspec searches each line's regex; anchored at the start, a match is the same question.
+    return combined.match if all(part.startswith("^") for part in parts) else combined.search
+
+
+@lru_cache(maxsize=1024)
+def _gitignore(lines: tuple[str, ...]) -> _Gitignore:
+    return _Gitignore(_path_spec(lines))
+
+
+def _gitignore_spec(directory: Path) -> _Gitignore | None:
     ignore_file = directory / ".gitignore"
     try:
         lines = ignore_file.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
-    return path_spec(lines)
+    return _gitignore(tuple(lines))
 
 
 def _report(message: str) -> None:
@@ -124,7 +179,7 @@ def discover(
         if not os.path.exists(path):  # a dangling link or a symlink loop
             raise PathError(f"{raw}: broken symbolic link (or a symlink loop)")
         if path.is_dir():
-            for found, key in _walk(path, path_spec(exclude), extensions, on_error):
+            for found, key in _walk(path, _gitignore(exclude), extensions, on_error):
                 if key not in seen:
                     seen.add(key)
                     yield Discovered(found, explicit=False)
@@ -149,7 +204,7 @@ def _temp_names(folder: Path, cache: dict[Path, list[str]]) -> list[str]:
 
 
 def _walk(
-    root: Path, exclude_spec: pathspec.PathSpec, extensions: tuple[str, ...], on_error: Callable[[str], None]
+    root: Path, exclude_spec: _Gitignore, extensions: tuple[str, ...], on_error: Callable[[str], None]
 ) -> Iterator[tuple[Path, Path]]:
     """Each file found under ``root``, with its real path (the walk follows no link below
     ``root``, so that is the resolved root joined with the file's path below it)."""
@@ -158,7 +213,7 @@ def _walk(
     # (spec, characters to cut from a path relative to root, what to put before the rest):
     # a path relative to a spec's folder, from the path relative to root, without pathlib
     # (this runs for every file and folder of the tree).
-    specs: list[tuple[pathspec.PathSpec, int, str]] = []
+    specs: list[tuple[_Gitignore, int, str]] = []
     for parent in [absolute_root, *absolute_root.parents]:
         spec = _gitignore_spec(parent)
         if spec is not None:
@@ -172,10 +227,10 @@ def _walk(
 
     def ignored(rel: str) -> bool:
         """``rel``: the path relative to root, posix, with a trailing ``/`` for a folder."""
-        if exclude_spec.match_file(rel):
+        if exclude_spec.verdict(rel):  # (False: a `!` line of the excludes; not excluded)
             return True
         for spec, cut, before in reversed(specs):  # as git: the deepest .gitignore with a matching line decides
-            verdict = spec.check_file(before + rel[cut:]).include
+            verdict = spec.verdict(before + rel[cut:])
             if verdict is not None:
                 return verdict
         return False

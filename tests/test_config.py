@@ -179,3 +179,37 @@ def test_parse_option_flag():
         with pytest.raises(ConfigError) as info:
             parse_option_flag(bad)
         assert message in str(info.value)
+
+
+def test_a_walked_folder_gets_the_config_its_own_lookup_finds(tmp_path, monkeypatch):
+    # The walk looks a folder's config up from its parent's (no resolve() per folder): a
+    # pyproject.toml or a .git in the folder itself must still start over there.
+    from gradfix import cli
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pyproject.toml").write_text('[tool.gradfix]\nignore = ["GF1"]\n')
+    layout = {
+        "a.py": None,
+        "pkg/b.py": None,
+        "pkg/deep/c.py": None,
+        "sub/pyproject.toml": '[tool.gradfix]\nignore = ["GF2"]\n',
+        "sub/d.py": None,
+        "sub/deeper/e.py": None,
+        "vendored/.git": "gitdir: /elsewhere\n",
+        "vendored/f.py": None,
+        "vendored/inner/g.py": None,
+    }
+    for rel, text in layout.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text or "x = 1\n")
+    monkeypatch.chdir(tmp_path)
+    _fresh(tmp_path)
+    jobs, errors = cli._jobs_for([Path(".")], CliOverrides(), [], False, print)
+    assert errors == 0 and len(jobs) == 7
+    ignores = {job.display: job.settings.ignore for job in jobs}
+    assert ignores == {
+        "a.py": ("GF1",), "pkg/b.py": ("GF1",), "pkg/deep/c.py": ("GF1",),
+        "sub/d.py": ("GF2",), "sub/deeper/e.py": ("GF2",), "vendored/f.py": (), "vendored/inner/g.py": (),
+    }
+    for job in jobs:
+        assert job.settings == settings_for(Path(job.path), config_for_file(Path(job.path)), CliOverrides())

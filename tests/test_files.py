@@ -164,3 +164,45 @@ def test_bounded_matching_agrees_with_pathspec(patterns, name):
             path_spec(patterns)
         return
     assert path_spec(patterns).match_file(name) == stock.match_file(name)
+
+
+_LINE = st.lists(
+    st.sampled_from(["a", "b", ".py", "*", "**", "?", "[ab]", "[!a]", "/", "**/", "!", "#", "\\", " ", "(", "+", "."]),
+    min_size=1,
+    max_size=9,
+).map("".join)
+_PATH = st.lists(st.sampled_from(["a", "b", "/", "ab", ".py", "(", "+", " "]), min_size=1, max_size=8).map("".join)
+
+
+@settings(max_examples=500, deadline=None)
+@given(lines=st.lists(_LINE, min_size=0, max_size=5), path=_PATH)
+def test_one_regex_for_a_whole_gitignore_agrees_with_pathspec(lines, path):
+    # The walk rules out, with one combined regex, the paths that no line of a .gitignore
+    # matches, and asks pathspec about the rest: the verdict must be pathspec's, line by line.
+    try:
+        stock = pathspec.GitIgnoreSpec.from_lines(lines)
+    except Exception:
+        return
+    ignore = files._Gitignore(files.path_spec(lines))
+    ignore.any_line = files._any_line(ignore.spec) or ignore.any_line  # combined from the first path on
+    for name in (path, path.strip("/") + "/"):
+        assert ignore.verdict(name) == stock.check_file(name).include
+
+
+def test_a_gitignore_the_combined_regex_cannot_express_is_matched_line_by_line():
+    # `*a*a*a*b` is matched through a backreference (no backtracking): no combined regex then.
+    spec = files.path_spec(["*a*a*a*b", "!keep*"])
+    assert files._any_line(spec) is None
+    ignore = files._Gitignore(spec)
+    for _ in range(files._COMBINE_AFTER + 2):
+        assert ignore.verdict("x/aaab") is True and ignore.verdict("keepaaab") is False and ignore.verdict("c.py") is None
+    assert ignore.any_line is None
+
+
+def test_a_gitignore_asked_about_many_paths_combines_its_lines_and_keeps_its_verdicts():
+    ignore = files._Gitignore(files.path_spec(["*.log", "build/", "!keep.log", "/top.py"]))
+    paths = ["a.log", "keep.log", "sub/build/", "sub/build", "top.py", "sub/top.py", "m.py"]
+    expected = [True, False, True, None, True, None, None]
+    for _ in range(files._COMBINE_AFTER):
+        assert [ignore.verdict(p) for p in paths] == expected
+    assert ignore.any_line is not None

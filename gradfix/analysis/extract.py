@@ -137,44 +137,45 @@ def _definite_binds(stmt: ast.stmt) -> set[str]:
 
 def unsafe_to_extract(stmts: list[ast.stmt]) -> str | None:
     """Why moving ``stmts`` into a function would change them, or None."""
-
-    def visit(node: ast.AST, in_loop: bool) -> str | None:
-        if isinstance(node, ast.Return):
-            return "they `return`"
-        if isinstance(node, (ast.Yield, ast.YieldFrom)):
-            return "they `yield`"
-        if isinstance(node, (ast.Await, ast.AsyncFor, ast.AsyncWith)) or (
-            isinstance(node, ast.comprehension) and node.is_async
-        ):
-            return "they `await`"
-        if isinstance(node, (ast.Break, ast.Continue)) and not in_loop:
-            return f"they `{'break' if isinstance(node, ast.Break) else 'continue'}` an outer loop"
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            return "they declare `global`/`nonlocal` names"
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)):
-            return "they define a function, class or generator that could capture the helper's variables"
-        if isinstance(node, ast.Delete) and any(bound_names(t) for t in node.targets):
-            return "they `del` a variable"
-        if isinstance(node, ast.Match):
-            return "they use `match`"
-        if isinstance(node, ast.Name) and node.id == "__class__":
-            return "they read `__class__`"
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FRAME_CALLS:
-            return f"they call `{node.func.id}()`, which depends on the calling frame"
-        for field_name, value in ast.iter_fields(node):
-            children = value if isinstance(value, list) else [value]
-            loop_body = isinstance(node, _LOOPS) and field_name == "body"
-            for child in children:
-                if isinstance(child, ast.AST):
-                    why = visit(child, in_loop or loop_body)
-                    if why:
-                        return why
-        return None
-
     for stmt in stmts:
-        why = visit(stmt, False)
+        why = _unsafe_reason(stmt, False)
         if why:
             return why
+    return None
+
+
+def _unsafe_reason(node: ast.AST, in_loop: bool) -> str | None:
+    # Module level: a nested function calling itself would be a reference cycle per call.
+    if isinstance(node, ast.Return):
+        return "they `return`"
+    if isinstance(node, (ast.Yield, ast.YieldFrom)):
+        return "they `yield`"
+    if isinstance(node, (ast.Await, ast.AsyncFor, ast.AsyncWith)) or (
+        isinstance(node, ast.comprehension) and node.is_async
+    ):
+        return "they `await`"
+    if isinstance(node, (ast.Break, ast.Continue)) and not in_loop:
+        return f"they `{'break' if isinstance(node, ast.Break) else 'continue'}` an outer loop"
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return "they declare `global`/`nonlocal` names"
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.GeneratorExp)):
+        return "they define a function, class or generator that could capture the helper's variables"
+    if isinstance(node, ast.Delete) and any(bound_names(t) for t in node.targets):
+        return "they `del` a variable"
+    if isinstance(node, ast.Match):
+        return "they use `match`"
+    if isinstance(node, ast.Name) and node.id == "__class__":
+        return "they read `__class__`"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FRAME_CALLS:
+        return f"they call `{node.func.id}()`, which depends on the calling frame"
+    for field_name, value in ast.iter_fields(node):
+        children = value if isinstance(value, list) else [value]
+        loop_body = isinstance(node, _LOOPS) and field_name == "body"
+        for child in children:
+            if isinstance(child, ast.AST):
+                why = _unsafe_reason(child, in_loop or loop_body)
+                if why:
+                    return why
     return None
 
 

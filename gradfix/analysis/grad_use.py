@@ -12,7 +12,7 @@ import ast
 import weakref
 
 from gradfix.analysis.statements import is_within
-from gradfix.facts import FileFacts
+from gradfix.facts import FileFacts, descendants
 
 # Methods whose results autograd may need, or whose grad mode the caller/framework owns.
 _HOOK_NAMES = {"forward", "__call__", "backward"}
@@ -38,7 +38,7 @@ def uses_grads(facts: FileFacts, root: ast.AST) -> bool:
     ``.retain_grad()``, reading ``.grad``, an optimizer ``.step()``, or a region that turns
     grad mode on (``enable_grad``, ``set_grad_enabled(x)``).
     """
-    for node in ast.walk(root):
+    for node in descendants(root):
         if isinstance(node, ast.Attribute) and (node.attr in _GRAD_METHODS or node.attr in ("grad", "requires_grad")):
             return True
         if isinstance(node, ast.keyword) and node.arg == "requires_grad":

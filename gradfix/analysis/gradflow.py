@@ -735,7 +735,10 @@ def _has_site_call(facts: FileFacts, func) -> bool:
         if facts.method_calls_in(func, name):
             return True
     return any(
-        facts.call_qualname(c) in ("torch.autograd.grad", "torch.autograd.backward") for c in facts.calls_in(func)
+        facts.call_qualname(c) in ("torch.autograd.grad", "torch.autograd.backward")
+        for c in facts.calls_in(func)
+        # (a call of an attribute is one of them only when named so: skip resolving the others)
+        if isinstance(c.func, ast.Name) or (isinstance(c.func, ast.Attribute) and c.func.attr in ("grad", "backward"))
     )
 
 

@@ -103,11 +103,7 @@ def plan_no_grad(
     the function body but what ``outside_ok`` accepts, the function is decorated instead.
     """
     def joinable(stmt: ast.stmt) -> bool:
-        if isinstance(stmt, _COMPOUND):
-            if isinstance(stmt, _LOOPS) and stmt.orelse:
-                return False
-            return header_ok(stmt) and all(joinable(c) for c in _children(stmt))
-        return joins(stmt)
+        return _joinable(stmt, joins, header_ok)
 
     original = {s for g in groups for s in g}
     suspends = func is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
@@ -121,6 +117,17 @@ def plan_no_grad(
         if not private or not any(_leaks(facts, func, run, original) for run in runs):
             return NoGradPlan(False, tuple(tuple(r) for r in runs))
     return NoGradPlan(False, tuple(tuple(g) for g in groups))
+
+
+def _joinable(stmt: ast.stmt, joins, header_ok) -> bool:
+    # Module level, not a closure calling itself: that closure would be a reference cycle
+    # holding the rule's callbacks, and through them the file's facts and whole tree, until
+    # the cyclic collector came by.
+    if isinstance(stmt, _COMPOUND):
+        if isinstance(stmt, _LOOPS) and stmt.orelse:
+            return False
+        return header_ok(stmt) and all(_joinable(c, joins, header_ok) for c in _children(stmt))
+    return joins(stmt)
 
 
 def _children(stmt: ast.stmt) -> list[ast.stmt]:

@@ -1091,7 +1091,7 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
     names = sens.trees[sens.module][1]
     scope = _binding_scope(facts, module, at)
     verdicts = []
-    for node in facts.function_of:  # every node of the file
+    for node in (*facts.nodes_of(ast.Assign), *facts.nodes_of(ast.AnnAssign)):  # every assignment of the file
         if node in busy or (scope is not _ANY and facts.function_of.get(node) is not scope):
             continue  # another function's local of the same name is another object
         if isinstance(node, ast.Assign):
@@ -1361,8 +1361,8 @@ def optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str
         if receiver is None:
             return None
         built = []
-        for node in ast.walk(facts.tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and any(
+        for node in facts.nodes_of(ast.Assign):
+            if isinstance(node.value, ast.Call) and any(
                 dotted_name(t) == receiver for t in node.targets
             ):
                 # Built in this very scope, or a `self.` attribute of this class: elsewhere the

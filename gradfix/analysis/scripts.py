@@ -80,5 +80,10 @@ def generator_functions(facts: FileFacts) -> set[ast.AST]:
     """Functions that ``yield``: their body runs in pieces, between the caller's statements."""
     return facts.memo(
         ("scripts.generator_functions",),
-        lambda: {f for n, f in facts.function_of.items() if f is not None and isinstance(n, (ast.Yield, ast.YieldFrom))},
+        lambda: {
+            f
+            for kind in (ast.Yield, ast.YieldFrom)
+            for f in map(facts.function_of.get, facts.nodes_of(kind))
+            if f is not None
+        },
     )

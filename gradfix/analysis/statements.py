@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from gradfix.lazy import cst
 
-from gradfix.facts import FileFacts
+from gradfix.facts import FileFacts, descendants
 from gradfix.model import Span
 
 
@@ -67,12 +67,24 @@ def own_nodes(func) -> list[ast.AST]:
     """Nodes of ``func``'s body, not descending into nested functions, lambdas or classes."""
     out: list[ast.AST] = []
     todo = list(func.body)
+    push, pop, AST = todo.append, todo.pop, ast.AST
     while todo:
-        node = todo.pop()
+        node = pop()
         out.append(node)
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo.extend(ast.iter_child_nodes(node))
+        if isinstance(node, _NESTED):
+            continue
+        for name in node._fields:  # ast.iter_child_nodes, without its two generators per node
+            value = getattr(node, name, None)
+            if isinstance(value, AST):
+                push(value)
+            elif type(value) is list:
+                for item in value:
+                    if isinstance(item, AST):
+                        push(item)
     return out
+
+
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
 def statement_block(facts: FileFacts, stmt: ast.stmt) -> tuple[ast.AST, str] | None:
@@ -126,7 +138,7 @@ def can_wrap(facts: FileFacts, run: Sequence[ast.stmt]) -> bool:
     for stmt in run:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return False
-        for node in ast.walk(stmt):
+        for node in descendants(stmt):
             if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
                 return False
     return True

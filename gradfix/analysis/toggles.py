@@ -131,20 +131,21 @@ def _blocks(body: list[ast.stmt]):
 
 def _escapes(stmts: list[ast.stmt]) -> bool:
     """Whether a ``break``/``continue`` in ``stmts`` leaves them (skipping a closing toggle)."""
+    return any(_escaping(stmt, False) for stmt in stmts)
 
-    def visit(node: ast.AST, in_loop: bool) -> bool:
-        if isinstance(node, (ast.Break, ast.Continue)):
-            return not in_loop
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            return False
-        for field_name, value in ast.iter_fields(node):
-            loop_body = isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and field_name == "body"
-            for child in value if isinstance(value, list) else [value]:
-                if isinstance(child, ast.AST) and visit(child, in_loop or loop_body):
-                    return True
+
+def _escaping(node: ast.AST, in_loop: bool) -> bool:
+    # Module level: a nested function calling itself would be a reference cycle per call.
+    if isinstance(node, (ast.Break, ast.Continue)):
+        return not in_loop
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
         return False
-
-    return any(visit(stmt, False) for stmt in stmts)
+    for field_name, value in ast.iter_fields(node):
+        loop_body = isinstance(node, (ast.For, ast.While, ast.AsyncFor)) and field_name == "body"
+        for child in value if isinstance(value, list) else [value]:
+            if isinstance(child, ast.AST) and _escaping(child, in_loop or loop_body):
+                return True
+    return False
 
 
 def toggle_pairs(facts) -> list[TogglePair]:

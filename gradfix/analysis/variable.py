@@ -220,7 +220,7 @@ def _comments(facts, node: ast.AST) -> int:
 
 
 def defines_name(facts, name: str) -> set[str]:
-    nodes = [*facts.functions, *(n for n in facts.function_of if isinstance(n, ast.ClassDef))]
+    nodes = [*facts.functions, *facts.nodes_of(ast.ClassDef)]
     return {name} if any(n.name == name for n in nodes) else set()
 
 
@@ -229,8 +229,8 @@ def _imported_in_try(facts, name: str) -> bool:
 
     LibCST's RemoveImportsVisitor would leave ``try: pass`` behind; keep such imports.
     """
-    for node in facts.function_of:
-        if isinstance(node, ast.ImportFrom) and any(a.name == name and not a.asname for a in node.names):
+    for node in facts.nodes_of(ast.ImportFrom):
+        if any(a.name == name and not a.asname for a in node.names):
             parent = facts.parents.get(node)
             while parent is not None:
                 if isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))):

@@ -464,10 +464,9 @@ class DataIndexZero(Rule):
 
     def check(self, facts):
         scalars = _Scalars(facts)
-        for node in facts.function_of:
+        for node in facts.nodes_of(ast.Subscript):
             if not (
-                isinstance(node, ast.Subscript)
-                and isinstance(node.ctx, ast.Load)
+                isinstance(node.ctx, ast.Load)
                 and isinstance(node.slice, ast.Constant)
                 and type(node.slice.value) is int
                 and node.slice.value == 0

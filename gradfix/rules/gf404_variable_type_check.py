@@ -206,13 +206,12 @@ class VariableTypeCheck(Rule):
 
     def check(self, facts):
         own = defines_name(facts, "Variable")
-        for node in facts.function_of:
-            if isinstance(node, ast.Compare):
-                found = self._compare(facts, node, own)
-            elif isinstance(node, ast.Call):
-                found = self._isinstance(facts, node, own)
-            else:
-                continue
+        for node in facts.nodes_of(ast.Compare):
+            found = self._compare(facts, node, own)
+            if found is not None:
+                yield found
+        for node in facts.calls:
+            found = self._isinstance(facts, node, own)
             if found is not None:
                 yield found
 
