@@ -384,16 +384,10 @@ class Sensitivity:
             return torch_layer_verdict(_OPACUS_LAYERS[last], call) or UNKNOWN
         if depth > 8:
             return UNKNOWN
-        near = self.module if near is None else near
-        module = self.module if qualname.rpartition(".")[0] == self.module else None
-        if module is None and self.index is not None:
-            module = self.index.find_module(qualname, near)
-        if module is None:
+        found = self._defining_module(qualname, near)
+        if found is None:
             return UNKNOWN
-        loaded = self._load(module)
-        if loaded is None:
-            return UNKNOWN
-        tree, names = loaded
+        module, tree, names = found
         name = qualname.rpartition(".")[2]
         for stmt in tree.body:
             if isinstance(stmt, ast.ClassDef) and stmt.name == name:
@@ -404,6 +398,16 @@ class Sensitivity:
         if name in names and names[name] != qualname:
             return self.of_qualname(names[name], call, depth + 1, module)
         return UNKNOWN
+
+    def _defining_module(self, qualname: str, near: str | None):
+        """``(module, tree, names)`` of the project module that defines ``qualname`` (this
+        file's, or the one the index finds from ``near``), or None."""
+        near = self.module if near is None else near
+        module = self.module if qualname.rpartition(".")[0] == self.module else None
+        if module is None and self.index is not None:
+            module = self.index.find_module(qualname, near)
+        loaded = self._load(module) if module is not None else None
+        return None if loaded is None else (module, *loaded)
 
     def is_module_class(self, qualname: str, depth: int = 0, near: str | None = None) -> bool | None:
         """Whether ``qualname`` names a class deriving (transitively) from ``torch.nn.Module``:
@@ -419,14 +423,10 @@ class Sensitivity:
             return True if path[-1][:1].isupper() and path[2] not in ("functional", "init", "utils") else None
         if depth > 8 or qualname in _BUILTIN_CALLS:
             return False if qualname == "object" else None
-        near = self.module if near is None else near
-        module = self.module if qualname.rpartition(".")[0] == self.module else None
-        if module is None and self.index is not None:
-            module = self.index.find_module(qualname, near)
-        loaded = self._load(module) if module is not None else None
-        if loaded is None:
+        found = self._defining_module(qualname, near)
+        if found is None:
             return None
-        tree, names = loaded
+        module, tree, names = found
         name = qualname.rpartition(".")[2]
         for stmt in tree.body:
             if isinstance(stmt, ast.ClassDef) and stmt.name == name:
