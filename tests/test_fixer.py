@@ -451,3 +451,18 @@ def test_statements_moved_into_a_new_block_keep_their_blank_lines_blank():
     fixed = fix(code, "a.py", Settings(select=("GF304",), unsafe_fixes=True))
     assert fixed.startswith("import torch\nm = torch.nn.Linear(2, 2)\nwith torch.no_grad():\n"), fixed
     assert "\n\n" in fixed and not any(line.strip() == "" and line for line in fixed.split("\n")), fixed
+
+
+def test_a_new_block_steps_like_the_block_it_is_in_not_like_the_files_first_block():
+    """Round 4 (a bug-repro script): class bodies stepped 8 spaces, function bodies 4, and the
+    GF302 `with` got its body 8 deeper (LibCST's module default, read off the class)."""
+    from gradfix import Settings, fix
+
+    code = (
+        "import torch\n\nclass M(torch.nn.Module):\n        def f(self):\n            pass\n\n"
+        "def g(model, x, log):\n    model.eval()\n    y = model(x)\n    log(y)\n    return y\n\n"
+        "def h(x):\n    torch.set_grad_enabled(False)\n    y = x * 2\n    torch.set_grad_enabled(True)\n    return y\n"
+    )
+    fixed = fix(code, "a.py", Settings(select=("GF201", "GF302"), unsafe_fixes=True))
+    assert "    with torch.no_grad():\n        y = model(x)\n" in fixed, fixed
+    assert "    with torch.no_grad():\n        y = x * 2\n    return y\n" in fixed, fixed

@@ -182,8 +182,17 @@ def wrap_in_no_grad(
     leading = stmts[0].leading_lines
     body[0] = body[0].with_changes(leading_lines=())
     header = ctx.statement(f"with {ctx.torch_name()}.no_grad():\n    pass\n")
-    wrapper = header.with_changes(body=header.body.with_changes(body=body), leading_lines=leading)
+    block = header.body.with_changes(body=body, indent=own_indent(ctx, stmts[0]))
+    wrapper = header.with_changes(body=block, leading_lines=leading)
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
+
+
+def own_indent(ctx, stmt: cst.BaseStatement) -> str | None:
+    """The indentation step of the block holding ``stmt``, for a block nested in it (None:
+    the module's default, as LibCST reads it from the file's first indented block). A file
+    whose class bodies step 8 spaces and function bodies 4 gets 4 under a function's code."""
+    parent = ctx.parent(stmt)
+    return parent.indent if isinstance(parent, cst.IndentedBlock) else None
 
 
 def indented_deeper(stmt: cst.BaseStatement) -> cst.BaseStatement:

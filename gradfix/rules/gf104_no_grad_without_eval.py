@@ -514,8 +514,8 @@ class NoGradWithoutEval(Rule):
         wrapped = body[start:stop]
         moved = [wrapped[0].with_changes(leading_lines=[]), *wrapped[1:]]
         attempt = cst.Try(
-            body=cst.IndentedBlock(body=moved),
-            finalbody=cst.Finally(body=cst.IndentedBlock(body=restores)),
+            body=cst.IndentedBlock(body=moved, indent=parent.indent),
+            finalbody=cst.Finally(body=cst.IndentedBlock(body=restores, indent=parent.indent)),
         )
         new = [*saves, *evals, attempt]
         new[0] = new[0].with_changes(leading_lines=wrapped[0].leading_lines)

@@ -770,7 +770,7 @@ class GlobalGradToggle(Rule):
                     footer.pop()
         with_node = cst.With(
             items=[cst.WithItem(scoped)],
-            body=cst.IndentedBlock(body=segment, header=opener.trailing_whitespace, footer=footer),
+            body=cst.IndentedBlock(body=segment, header=opener.trailing_whitespace, footer=footer, indent=block.indent),
             leading_lines=opener.leading_lines,
         )
         edits = [Edit(opener, with_node)]
