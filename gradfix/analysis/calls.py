@@ -181,14 +181,26 @@ def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
 def _class_binding(facts: FileFacts, cls: ast.ClassDef, attr: str) -> Binding:
     """The method ``attr`` of ``cls``: the last def its body binds at top level (a class body
     runs straight through), None when something else is bound last or it has none."""
-    last = None
-    for stmt in cls.body:
-        if isinstance(stmt, _DEFS) and stmt.name == attr:
-            last = stmt
-        elif any(isinstance(n, ast.Name) and n.id == attr and not isinstance(n.ctx, ast.Load) for n in ast.walk(stmt)):
-            if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                last = None
+    last = _class_methods(facts, cls).get(attr)
     return Binding((last,), False) if last is not None else NOTHING
+
+
+def _class_methods(facts: FileFacts, cls: ast.ClassDef) -> dict[str, ast.AST | None]:
+    """Name -> the def that ``cls``'s body binds it to last (None: something else binds it
+    after), read once per class: a call ``obj.f()`` asks every class of the file."""
+
+    def compute():
+        last: dict[str, ast.AST | None] = {}
+        for stmt in cls.body:
+            if isinstance(stmt, _DEFS):
+                last[stmt.name] = stmt
+            elif not isinstance(stmt, ast.ClassDef):  # a nested class binds only its own name
+                for n in ast.walk(stmt):
+                    if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and n.id in last:
+                        last[n.id] = None
+        return last
+
+    return facts.memo(("calls.class_methods", id(cls)), compute)
 
 
 def _classes(facts: FileFacts) -> list[ast.ClassDef]:
