@@ -82,7 +82,10 @@ if __name__ == "__main__":
 
 
 def measure(command: list[str], repeat: int, env: dict | None = None, cwd: Path | None = None) -> tuple[float, float]:
-    """Best (CPU seconds, wall seconds) of ``repeat`` runs of ``command``."""
+    """Best (CPU seconds, wall seconds) of ``repeat`` runs of ``command``, run from a neutral
+    folder by default: ``python -m gradfix`` started inside a checkout imports that checkout's
+    gradfix whatever PYTHONPATH says, which made ``--baseline`` measure this checkout twice."""
+    cwd = cwd or Path(tempfile.gettempdir())
     best_cpu = best_wall = float("inf")
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
