@@ -111,6 +111,8 @@ def _callees(facts: FileFacts, call: ast.Call) -> Binding:
 
 
 def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
+    if name.id not in _def_names(facts):
+        return Binding((), True)  # no def of that name in the file (a builtin, an import): no flow to read
     scopes = list(facts.enclosing_functions(name))
     for i, scope in enumerate(scopes):
         if isinstance(scope, ast.Lambda):
@@ -201,6 +203,10 @@ def _class_methods(facts: FileFacts, cls: ast.ClassDef) -> dict[str, ast.AST | N
         return last
 
     return facts.memo(("calls.class_methods", id(cls)), compute)
+
+
+def _def_names(facts: FileFacts) -> frozenset[str]:
+    return facts.memo(("calls.def_names",), lambda: frozenset(f.name for f in facts.functions if isinstance(f, _DEFS)))
 
 
 def _classes(facts: FileFacts) -> list[ast.ClassDef]:
