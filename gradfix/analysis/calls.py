@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections import Counter
 from dataclasses import dataclass
 
 from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions
@@ -232,6 +233,12 @@ def _callers(facts: FileFacts) -> dict:
 
 
 def _dead(facts: FileFacts) -> frozenset:
+    # A def is dead only if its name is bound again at module level: most files rebind none,
+    # and for them the module's reaching definitions are not needed.
+    top = [f for f in facts.functions if facts.function_of.get(f) is None and owner_class(facts, f) is None]
+    counts = _module_level_bindings(facts)
+    if all(counts[f.name] <= 1 for f in top):
+        return frozenset()
     flow = reaching_definitions(facts, None)
     if flow.exit is None:
         return frozenset()  # the module stops early: what it leaves bound is not known
@@ -252,6 +259,38 @@ def _dead(facts: FileFacts) -> frozenset:
         if isinstance(node, ast.Name) and node.id in names and isinstance(node.ctx, ast.Load):
             seen.update(name_binding(facts, node).defs)
     return frozenset(f for f in candidates if f not in seen)
+
+
+def _module_level_bindings(facts: FileFacts) -> Counter:
+    """How many statements of the module's own code (not of function or class bodies) bind
+    each name; an over-count (a comprehension's variable, a handler's body read twice) only
+    costs :func:`_dead` its fast path."""
+    counts: Counter = Counter()
+    todo = list(facts.tree.body)
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            counts[stmt.name] += 1
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            counts.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        else:
+            for node in ast.iter_child_nodes(stmt):
+                if isinstance(node, ast.stmt):
+                    todo.append(node)
+                else:  # expressions, handlers, match cases: every name they may bind
+                    todo.extend(getattr(node, "body", ()) if not isinstance(node, ast.expr) else ())
+                    counts.update(_stored_names(node))
+    return counts
+
+
+def _stored_names(node: ast.AST):
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+            yield n.id
+        elif isinstance(n, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and n.name:
+            yield n.name
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield n.name
 
 
 def _pos(node: ast.AST) -> tuple[int, int]:
