@@ -370,13 +370,21 @@ def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
     module level) read by a function of the file as a global (not a name of its own)."""
     root = facts.tree if func is None else func
     out: set[str] = set()
-    for node in ast.walk(root):
+    # One walk; each node carries the own names of the functions it lies in (below the root),
+    # and a name counts when one of them does not bind it.
+    todo: list[tuple[ast.AST, tuple]] = [(root, ())]
+    while todo:
+        node, owners = todo.pop()
+        if isinstance(node, ast.Name):
+            if any(node.id not in own for own in owners):
+                out.add(node.id)
+            continue
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             out.update(node.names)
         elif func is None and node is not root and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             scope = facts.scope_of_node.get(node)
-            own = scope.locals | set(scope.imports) if scope is not None else set()
-            out.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id not in own)
+            owners = (*owners, scope.locals | set(scope.imports) if scope is not None else set())
+        todo.extend((child, owners) for child in ast.iter_child_nodes(node))
     return frozenset(out)
 
 
