@@ -389,11 +389,11 @@ class Sensitivity:
             return UNKNOWN
         module, tree, names = found
         name = qualname.rpartition(".")[2]
-        for stmt in tree.body:
-            if isinstance(stmt, ast.ClassDef) and stmt.name == name:
-                return self._class(module, stmt, names, depth)
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                return self._factory(module, stmt, names, depth)
+        stmt = _top_level_definition(tree, name)
+        if isinstance(stmt, ast.ClassDef):
+            return self._class(module, stmt, names, depth)
+        if stmt is not None:
+            return self._factory(module, stmt, names, depth)
         # Re-exported (`from .resnet import ResNet` in a package's __init__).
         if name in names and names[name] != qualname:
             return self.of_qualname(names[name], call, depth + 1, module)
@@ -428,19 +428,19 @@ class Sensitivity:
             return None
         module, tree, names = found
         name = qualname.rpartition(".")[2]
-        for stmt in tree.body:
-            if isinstance(stmt, ast.ClassDef) and stmt.name == name:
-                verdicts = []
-                for base in stmt.bases:
-                    qual = qualify(names, base)
-                    if qual is None and isinstance(base, ast.Name) and base.id in _BUILTIN_CALLS:
-                        qual = base.id  # `object`, `dict`: no module
-                    verdicts.append(self.is_module_class(qual, depth + 1, module) if qual else None)
-                if any(v is True for v in verdicts):
-                    return True
-                return False if all(v is False for v in verdicts) and not stmt.keywords else None
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == name:
-                return None  # a factory: what it returns is another question
+        stmt = _top_level_definition(tree, name)
+        if isinstance(stmt, ast.ClassDef):
+            verdicts = []
+            for base in stmt.bases:
+                qual = qualify(names, base)
+                if qual is None and isinstance(base, ast.Name) and base.id in _BUILTIN_CALLS:
+                    qual = base.id  # `object`, `dict`: no module
+                verdicts.append(self.is_module_class(qual, depth + 1, module) if qual else None)
+            if any(v is True for v in verdicts):
+                return True
+            return False if all(v is False for v in verdicts) and not stmt.keywords else None
+        if stmt is not None:
+            return None  # a factory: what it returns is another question
         if name in names and names[name] != qualname:
             return self.is_module_class(names[name], depth + 1, module)
         return None
@@ -548,3 +548,11 @@ def strip_moves(value: ast.AST) -> ast.AST:
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _MOVES:
         value = value.func.value
     return value
+
+
+def _top_level_definition(tree: ast.Module, name: str) -> ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The first class or def named ``name`` at the top of ``tree``."""
+    return next(
+        (s for s in tree.body if isinstance(s, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == name),
+        None,
+    )
