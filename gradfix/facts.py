@@ -342,6 +342,12 @@ class FileFacts:
         """Module-level names bound to the torch module itself (``import torch as T`` -> T)."""
         return {n for n, t in self.scope_of_node[self.tree].imports.items() if t == "torch"}
 
+    def grad_api_alias(self, api: str) -> str | None:
+        """The name a top-level ``from torch import no_grad [as ng]`` (or from ``torch.autograd``)
+        binds to torch's ``api``: a fix then writes that name, as the file does, instead of
+        ``torch.no_grad``. None when there is no such import."""
+        return grad_api_alias(self.tree.body, api)
+
     def torch_name_writable(self) -> bool:
         """Whether a fix may write ``torch.X`` here: the module imports torch as a module, or
         nothing at module level is named ``torch`` (so ``import torch`` can be added)."""
@@ -712,3 +718,29 @@ def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = N
     if tree is None:
         tree = ast.parse(source, filename=path)
     return FileFacts(source, tree, path, project)
+
+
+# Modules from which torch's grad-mode context managers are imported by name.
+GRAD_API_MODULES = ("torch", "torch.autograd", "torch.autograd.grad_mode")
+
+
+def grad_api_alias(body: list[ast.stmt], api: str) -> str | None:
+    """See :meth:`FileFacts.grad_api_alias` (the first such import among ``body``'s statements)."""
+    for stmt in _module_level(body):
+        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module in GRAD_API_MODULES:
+            for alias in stmt.names:
+                if alias.name == api:
+                    return alias.asname or api
+    return None
+
+
+def _module_level(body: list[ast.stmt]):
+    """``body`` and the blocks of its ``if``/``try``/``with`` statements, not function or
+    class bodies (as gradfix.fixer's ``_module_level`` walks the same module)."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (ast.If, ast.Try, ast.With)) or type(stmt).__name__ == "TryStar":
+            for field in ("body", "orelse", "finalbody"):
+                yield from _module_level(getattr(stmt, field, []))
+            for handler in getattr(stmt, "handlers", []):
+                yield from _module_level(handler.body)

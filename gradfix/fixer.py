@@ -89,11 +89,14 @@ class FixContext:
         return cst.parse_statement(code, config=self.module.config_for_parsing)
 
     def torch_name(self) -> str:
-        """The name this module uses for ``torch`` (``T`` after ``import torch as T``).
+        """The name this module uses for ``torch`` (``T`` after ``import torch as T``), also
+        where the import is conditional (``if is_torch_available(): import torch``: the code
+        that uses torch runs only where it is, and an added top-level import would break the
+        module without torch).
 
         If the module never imports torch as a module, ``import torch`` is added.
         """
-        for stmt in self.module.body:
+        for stmt in _module_level(self.module.body):
             if isinstance(stmt, cst.SimpleStatementLine):
                 for small in stmt.body:
                     if isinstance(small, cst.Import):
@@ -103,11 +106,52 @@ class FixContext:
         self.add_import("torch")
         return "torch"
 
+    def grad_api(self, api: str) -> str:
+        """How to write torch's ``api`` (``no_grad``) here: the name a top-level ``from torch
+        import no_grad [as ng]`` binds (see ``FileFacts.grad_api_alias``, which the rules ask
+        before they offer a fix), else ``torch.no_grad`` through :meth:`torch_name`."""
+        from gradfix.facts import GRAD_API_MODULES
+
+        for stmt in _module_level(self.module.body):
+            if isinstance(stmt, cst.SimpleStatementLine):
+                for small in stmt.body:
+                    if (
+                        isinstance(small, cst.ImportFrom)
+                        and not small.relative
+                        and small.module is not None
+                        and self.code(small.module) in GRAD_API_MODULES
+                        and not isinstance(small.names, cst.ImportStar)
+                    ):
+                        for alias in small.names:
+                            if self.code(alias.name) == api:
+                                return alias.evaluated_alias or api
+        return f"{self.torch_name()}.{api}"
+
     def add_import(self, module: str, name: str | None = None) -> None:
         self.imports.add.append((module, name))
 
     def remove_import_if_unused(self, module: str, name: str | None = None) -> None:
         self.imports.remove_if_unused.append((module, name))
+
+
+def _module_level(body):
+    """The statements that run at module level: ``body`` and, in order, the blocks of its
+    ``if``/``try``/``with`` statements (as ``FileFacts``' module scope sees them), not the
+    bodies of functions and classes."""
+    for stmt in body:
+        yield stmt
+        if isinstance(stmt, (cst.If, cst.Try, cst.TryStar, cst.With)):
+            blocks = [stmt.body]
+            if isinstance(stmt, cst.If) and stmt.orelse is not None:
+                blocks.append(stmt.orelse if isinstance(stmt.orelse, cst.If) else stmt.orelse.body)
+            if isinstance(stmt, (cst.Try, cst.TryStar)):
+                blocks += [h.body for h in stmt.handlers]
+                blocks += [part.body for part in (stmt.orelse, stmt.finalbody) if part is not None]
+            for block in blocks:
+                if isinstance(block, cst.If):
+                    yield from _module_level([block])
+                elif isinstance(block, cst.IndentedBlock):
+                    yield from _module_level(block.body)
 
 
 class _ApplyEdits(cst.CSTTransformer):

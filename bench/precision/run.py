@@ -17,11 +17,12 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Three samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+Four samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
 corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
 REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
 ``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
-``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``).
+``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``) and ``--sample 4`` (round 6, a
+fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -47,9 +48,10 @@ SAMPLES = {
     1: (HERE / "verdicts.tsv", Path("/work/corpus"), Path("/work/precision-out")),
     2: (HERE / "verdicts4.tsv", Path("/work/corpus2"), Path("/work/precision-out-r4")),
     3: (HERE / "verdicts5.tsv", Path("/work/corpus3"), Path("/work/precision-out-r5")),
+    4: (HERE / "verdicts6.tsv", Path("/work/corpus4"), Path("/work/precision-out-r6")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
-SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3}
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...

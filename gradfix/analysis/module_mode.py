@@ -519,6 +519,7 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     every path to its call; a `.train()` does not count for an evaluation (`model.train();
     evaluate(model)` is the bug, not a caller owning the mode)."""
     allowed = {EVAL, UNSET} if EVALISH.search(func.name) else {EVAL, UNSET, TRAIN}
+    params = _parameter_names(func)
     for call in callers(facts, func):
         scope = facts.function_of.get(call)
         if scope is func or isinstance(scope, ast.Lambda):
@@ -526,7 +527,11 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
         passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
         switched = {s.receiver for s in own_switches(facts, scope)} | {r for _, r in flag_writes(facts, scope)}
         known = set(names) | {p for p in passed if any(related(p, r) for r in switched)}
-        if any(any(related(r, n) for n in known) for r in switched) and _set_at(facts, scope, call, known, allowed):
+        # what the caller hands in for the module parameter: its bindings set the mode too
+        # (`model = Auto.from_pretrained(..)` is in eval mode with no `.eval()` anywhere)
+        handed = {dotted_name(_argument_for(func, call, n)) for n in {m.split(".", 1)[0] for m in names} & params}
+        handed -= {None}
+        if (handed or any(any(related(r, n) for n in known) for r in switched)) and _set_at(facts, scope, call, known | handed, allowed):
             return True
     return False
 
@@ -1402,6 +1407,82 @@ def built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
                 if stmt is not None:
                     out.append(stmt)
     return sorted(out, key=pos)
+
+
+# What reads saved weights: `torch.load(..)`, `load_checkpoint(..)`, `hub.load_state_dict_from_url(..)`,
+# safetensors' `load_file(..)`, `restore(..)`: matched on the last part of the callee's name.
+_READS_SAVED = re.compile(r"^(load|load_\w+|\w+_load|restore\w*|\w*checkpoint\w*|\w*from_url)$", re.I)
+# Methods of a module that give it saved weights (`load_state_dict` asks where its state is from).
+_LOADING_METHODS = re.compile(r"^(load|load_\w+|\w+_load|restore\w*|\w*checkpoint\w*|\w*pretrained\w*)$", re.I)
+# Names that hold a path to saved weights or what was read from one, by convention.
+_SAVED_NAME = re.compile(r"path|ckpt|checkpoint|resume|weights?$|pretrained|snapshot|file|url|saved", re.I)
+
+
+def loads_saved_weights(facts: FileFacts, scope, module: str, before: ast.AST) -> ast.Call | None:
+    """The first call in ``scope`` before ``before`` that gives ``module`` weights read from
+    storage: ``module.load_state_dict(X)`` where ``X`` is read from storage (``torch.load(path)``,
+    ``ckpt['model']`` of one, a name bound from one, or a name like ``checkpoint``), another
+    loading method (``module.load_weights(path)``, ``module.load_pretrained(..)``), or a loading
+    helper handed the module and a path (``load_checkpoint(model, args.resume)``), or a binding
+    that loads it (``model = Auto.from_pretrained(name).train()``). Without one, a module built in
+    the function has the random weights of its constructor: running it under ``no_grad`` is a
+    smoke test or a shape probe, not an evaluation whose mode matters."""
+    for stmt in built_here(facts, scope, module):
+        value = getattr(stmt, "value", None)
+        if pos(stmt) < pos(before) and isinstance(value, ast.AST):
+            for node in ast.walk(value):
+                if isinstance(node, ast.Call) and (name := callee_name(node)) and (_READS_SAVED.match(name) or _LOADING_METHODS.match(name)):
+                    return node
+    for call in own_calls(facts, scope):
+        if pos(call) >= pos(before):
+            continue
+        func = call.func
+        if isinstance(func, ast.Attribute) and dotted_name(func.value) == module:
+            if func.attr == "load_state_dict":
+                if call.args and _read_from_storage(facts, call.args[0], 0):
+                    return call
+            elif _LOADING_METHODS.match(func.attr):
+                return call
+            continue
+        name = callee_name(call)
+        arguments = [*call.args, *(k.value for k in call.keywords)]
+        if name and _READS_SAVED.match(name) and any(dotted_name(a) == module for a in arguments):
+            if any(_read_from_storage(facts, a, 0) for a in arguments if dotted_name(a) != module):
+                return call
+    return None
+
+
+def _read_from_storage(facts: FileFacts, expr: ast.AST, depth: int) -> bool:
+    """Whether ``expr`` is read from storage or names where (see :func:`loads_saved_weights`)."""
+    if depth > 4:
+        return False
+    while isinstance(expr, (ast.Subscript, ast.Attribute, ast.Call)):
+        if isinstance(expr, ast.Call):
+            name = callee_name(expr)
+            if name and _READS_SAVED.match(name):
+                return True
+            if not isinstance(expr.func, ast.Attribute):
+                return False
+            expr = expr.func.value  # `torch.load(p).get('model')`, `sd.copy()`
+        else:
+            if isinstance(expr, ast.Attribute) and _SAVED_NAME.search(expr.attr):
+                return True  # `args.resume`, `cfg.checkpoint`
+            expr = expr.value
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str)  # a path
+    if isinstance(expr, (ast.DictComp, ast.ListComp, ast.GeneratorExp)):
+        return any(_read_from_storage(facts, g.iter, depth + 1) for g in expr.generators)
+    if not isinstance(expr, ast.Name):
+        return False
+    if _SAVED_NAME.search(expr.id):
+        return True
+    func = facts.function_of.get(expr)
+    if isinstance(func, ast.Lambda):
+        return False
+    from gradfix.analysis.provenance import reaching_definitions
+
+    definitions = reaching_definitions(facts, func).reaching.get(expr) or ()
+    return any(d.kind == "assign" and d.value is not None and _read_from_storage(facts, d.value, depth + 1) for d in definitions)
 
 
 def constructed(stmt: ast.stmt) -> bool:

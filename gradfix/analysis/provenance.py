@@ -64,6 +64,12 @@ _LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
 
 FRESH, DATA, DETACHED, COMPUTED, BATCH = "fresh", "data", "detached", "computed", "batch"
 PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED})  # surely needs no grad; BATCH is an assumption
+# A number by convention (see grad_free_operand); never given by origin().
+ASSUMED = "assumed"
+# Names of parameters, buffers and gradients by the usual conventions (`weight`, `p`, `running_mean`).
+PARAMETER_NAME = re.compile(r"param|weight|bias|grad|theta|running_(mean|var)|^(p|w|W|b)\d*$", re.IGNORECASE)
+# Builtins that give a plain number (or one of the values they are given).
+_NUMBER_BUILTINS = frozenset("float int min max abs round len sum pow".split())
 # Methods whose result may require grad whatever it is computed from.
 _GRAD_METHODS = frozenset("requires_grad_ retain_grad register_hook".split())
 
@@ -416,9 +422,60 @@ def origin(facts: FileFacts, expr: ast.AST) -> Origin | None:
     return _origin(facts, expr, frozenset(), 0)
 
 
-def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int) -> Origin | None:
+def grad_free_operand(facts: FileFacts, expr: ast.AST, owner: str | None = None) -> bool:
+    """Whether ``expr``, an operand of an update written to a ``.grad`` (``p.grad.mul_(s)``),
+    needs no grad by proof (what :func:`origin` proves) or by the conventions of optimizer code:
+    an argument or a global, or an attribute or item of an object (``lr``, ``group['lr']``,
+    ``scaler.loss_scale``), is a hyperparameter, and another ``.grad`` needs no grad (ask only
+    where none can: :func:`~gradfix.analysis.tensor_data.grads_may_require_grad`). Never: a
+    parameter-like name (``weight``, ``p``), ``owner`` (the ``.grad``'s own tensor, ``p`` in
+    ``p.grad.add_(wd, p)``) or anything rooted at it, a name bound by a loop."""
+    found = _origin(facts, expr, frozenset(), 0, _Convention(owner))
+    return found is not None and found.kind != BATCH
+
+
+@dataclass(frozen=True)
+class _Convention:
+    """What :func:`grad_free_operand` assumes, asked before :func:`_origin` looks at a node."""
+
+    owner: str | None
+
+    def assumption(self, facts: FileFacts, expr: ast.AST):
+        """An :class:`Origin` (or None, unknown) for ``expr`` by convention, or True: no
+        convention applies, follow ``expr`` as :func:`origin` does."""
+        if isinstance(expr, ast.Constant):
+            return Origin(ASSUMED)
+        if isinstance(expr, ast.Attribute) and expr.attr in ("data", "grad"):
+            return Origin(DATA)
+        if not isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript)):
+            return True
+        root, last = expr, None
+        while isinstance(root, (ast.Attribute, ast.Subscript)):
+            if last is None and isinstance(root, ast.Attribute):
+                last = root.attr
+            root = root.value
+        if isinstance(root, ast.Name):
+            if root.id == self.owner:
+                return None
+            last = last or root.id
+        if last is not None and PARAMETER_NAME.search(last):
+            return None
+        if isinstance(expr, ast.Name):
+            return True
+        if isinstance(expr, ast.Subscript) and _origin(facts, expr.slice, frozenset(), 0, self) is None:
+            return None
+        # An attribute or an item of an object (`scaler.loss_scale`, `group['lr']`) is not what
+        # built the object: by convention a number.
+        return Origin(ASSUMED)
+
+
+def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: _Convention | None = None) -> Origin | None:
     if depth > 24:
         return None
+    if conv is not None:
+        assumed = conv.assumption(facts, expr)
+        if assumed is not True:
+            return assumed
     node = expr
     while True:
         if constructor(facts, node) is not None:
@@ -428,7 +485,7 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int) -> Ori
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "detach" and not node.args:
             return Origin(DETACHED)
         if isinstance(node, ast.Call) and facts.call_qualname(node) == VARIABLE:
-            return _variable_result(facts, node, seen, depth)
+            return _variable_result(facts, node, seen, depth, conv)
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -441,36 +498,47 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int) -> Ori
             continue
         break
     if isinstance(node, ast.Name):
-        return _name_origin(facts, node, seen, depth)
+        return _name_origin(facts, node, seen, depth, conv)
     if isinstance(node, (ast.Subscript, ast.Attribute)):
-        inner = _origin(facts, node.value, seen, depth + 1)
+        inner = _origin(facts, node.value, seen, depth + 1, conv)
         if inner is None:
             return None
         if isinstance(node, ast.Attribute):  # `batch.text` (torchtext): only a batch has fields
             return inner if inner.kind == BATCH else None
         return Origin(inner.kind, None, inner.line)  # an index is a view: another object
     if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
-        parts = [_origin(facts, e, seen, depth + 1) for e in node.elts]
+        parts = [_origin(facts, e, seen, depth + 1, conv) for e in node.elts]
         return _combine(parts)
-    return _computed(facts, node, seen, depth)
+    return _computed(facts, node, seen, depth, conv)
 
 
-def _computed(facts, node: ast.AST, seen, depth) -> Origin | None:
+def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
     """A value computed only from tensors that need no grad and constants needs no grad: an
-    operator (``fresh * 2``, ``a.data - b.data``), a ``torch.*`` function (``torch.atan2(a.data,
-    b.data)``, ``torch.transpose(fresh, 0, 1)``) or a tensor method (``h.data.sum(1)``) whose
-    every operand is one of those. Anything else (an operand gradfix cannot follow, a method that
-    may make its result require grad) is unknown."""
+    operator (``fresh * 2``, ``a.data - b.data``, ``a.data if c else 0``), a ``torch.*`` or
+    ``math.*`` function (``torch.atan2(a.data, b.data)``, ``torch.transpose(fresh, 0, 1)``), a
+    number builtin (``max(a.data, 0)``) or a tensor method (``h.data.sum(1)``) whose every operand
+    is one of those. Anything else (an operand gradfix cannot follow, a method that may make its
+    result require grad) is unknown."""
     if isinstance(node, ast.BinOp):
         operands = [node.left, node.right]
     elif isinstance(node, ast.UnaryOp):
         operands = [node.operand]
+    elif isinstance(node, ast.BoolOp):
+        operands = list(node.values)
+    elif isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+    elif isinstance(node, ast.IfExp):
+        operands = [node.test, node.body, node.orelse]
+    elif isinstance(node, ast.Slice):
+        operands = [part for part in (node.lower, node.upper, node.step) if part is not None]
     elif isinstance(node, ast.Call) and not any(isinstance(a, ast.Starred) for a in node.args) and all(
         k.arg not in (None, "requires_grad", "out") for k in node.keywords
     ):
         func = node.func
         qual = facts.qualname(func) or ""
-        if qual.rpartition(".")[0] == "torch":
+        if qual.rpartition(".")[0] in ("torch", "math") or (
+            isinstance(func, ast.Name) and func.id in _NUMBER_BUILTINS and facts.resolve_name(func.id, node) is None
+        ):
             operands = [*node.args, *(k.value for k in node.keywords)]
         elif isinstance(func, ast.Attribute) and not qual and func.attr not in _GRAD_METHODS:
             operands = [func.value, *node.args, *(k.value for k in node.keywords)]
@@ -478,12 +546,14 @@ def _computed(facts, node: ast.AST, seen, depth) -> Origin | None:
             return None
     else:
         return None
-    parts = [None if _constant(o) else _origin(facts, o, seen, depth + 1) for o in operands]
+    parts = [None if _constant(o) else _origin(facts, o, seen, depth + 1, conv) for o in operands]
     tensors = [p for o, p in zip(operands, parts) if not _constant(o)]
-    if not tensors or any(p is None for p in tensors):
+    if not tensors:
+        return Origin(ASSUMED) if conv is not None else None  # `2 * 3`: no tensor at all
+    weakest = _combine(tensors)
+    if weakest is None:
         return None
-    batch = _combine(tensors)
-    return batch if batch.kind == BATCH else Origin(COMPUTED)
+    return weakest if weakest.kind in (BATCH, ASSUMED) else Origin(COMPUTED)
 
 
 def _constant(node: ast.AST) -> bool:
@@ -495,7 +565,7 @@ def _constant(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and not isinstance(node.value, bytes)
 
 
-def _variable_result(facts, call: ast.Call, seen, depth) -> Origin | None:
+def _variable_result(facts, call: ast.Call, seen, depth, conv=None) -> Origin | None:
     """A legacy ``Variable(x)``: detached (``x``'s origin if the rewrite drops the wrapper),
     unless it asks for ``requires_grad``."""
     flag = call.args[1] if len(call.args) > 1 else next((k.value for k in call.keywords if k.arg == "requires_grad"), None)
@@ -503,23 +573,26 @@ def _variable_result(facts, call: ast.Call, seen, depth) -> Origin | None:
         return None
     if not call.args:
         return None
-    inner = _origin(facts, call.args[0], seen, depth + 1)
+    inner = _origin(facts, call.args[0], seen, depth + 1, conv)
     return Origin(inner.kind, None, inner.line) if inner is not None else Origin(DETACHED)
 
 
-def _name_origin(facts, name: ast.Name, seen, depth) -> Origin | None:
+def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None:
     func = facts.function_of.get(name)
     if isinstance(func, ast.Lambda):
         return None
     flow = reaching_definitions(facts, func)
-    definitions = flow.reaching.get(name)
-    if not definitions or UNKNOWN in definitions:
+    definitions = flow.reaching.get(name) or frozenset({UNKNOWN})
+    if UNKNOWN in definitions and conv is None:
         return None
     parts = []
     for definition in definitions:
+        if definition is UNKNOWN:
+            parts.append(Origin(ASSUMED))  # an argument, a global: a hyperparameter by convention
+            continue
         if definition in seen:
             return None  # `x = x.cuda()` in a loop: its own earlier value
-        parts.append(_definition_origin(facts, flow, definition, seen | {definition}, depth + 1))
+        parts.append(_definition_origin(facts, flow, definition, seen | {definition}, depth + 1, conv))
     found = _combine(parts)
     if found is None:
         return None
@@ -527,9 +600,9 @@ def _name_origin(facts, name: ast.Name, seen, depth) -> Origin | None:
     return Origin(found.kind, name, line)
 
 
-def _definition_origin(facts, flow, definition: Definition, seen, depth) -> Origin | None:
+def _definition_origin(facts, flow, definition: Definition, seen, depth, conv=None) -> Origin | None:
     if definition.kind == "assign":
-        return _origin(facts, definition.value, seen, depth)
+        return _origin(facts, definition.value, seen, depth, conv)
     if definition.kind == "loop":
         if loader_iterable(facts, definition.value):
             return Origin(BATCH)
@@ -538,22 +611,26 @@ def _definition_origin(facts, flow, definition: Definition, seen, depth) -> Orig
         old = flow.augmented.get(definition.node, frozenset({UNKNOWN}))
         if UNKNOWN in old:
             return None
-        parts = [_definition_origin(facts, flow, d, seen | {d}, depth + 1) for d in old if d not in seen]
+        parts = [_definition_origin(facts, flow, d, seen | {d}, depth + 1, conv) for d in old if d not in seen]
         if len(parts) != len(old):
             return None
         value = definition.value
         if not (isinstance(value, ast.Constant) and isinstance(value.value, (int, float))):
-            parts.append(_origin(facts, value, seen, depth))
+            parts.append(_origin(facts, value, seen, depth, conv))
         return _combine(parts)
     return None
 
 
 def _combine(parts: list[Origin | None]) -> Origin | None:
-    """The weakest of ``parts``: unknown if any is, else a batch if any is, else proven."""
+    """The weakest of ``parts``: unknown if any is, else a batch if any is, else an assumed
+    number if any is, else proven."""
     if not parts or any(p is None for p in parts):
         return None
-    batch = [p for p in parts if p.kind == BATCH]
-    return batch[0] if batch else parts[0]
+    for kind in (BATCH, ASSUMED):
+        weak = [p for p in parts if p.kind == kind]
+        if weak:
+            return weak[0]
+    return parts[0]
 
 
 def loader_iterable(facts: FileFacts, expr: ast.AST) -> bool:

@@ -44,10 +44,15 @@ def unwrap_with(with_node: cst.With, statements: list[cst.BaseStatement]) -> lis
     return [first.with_changes(leading_lines=lead), *statements[1:]]
 
 
-def torch_reachable(facts: FileFacts, node: ast.AST) -> bool:
+def torch_reachable(facts: FileFacts, node: ast.AST, api: str | None = None) -> bool:
     """Whether the name the fixer will write for torch (``FixContext.torch_name``: a
     module-level ``import torch [as T]``, else an added ``import torch``) means the module at
-    ``node``: a parameter or local named ``torch`` there would capture ``torch.no_grad()``."""
+    ``node``: a parameter or local named ``torch`` there would capture ``torch.no_grad()``.
+    With ``api``, where the file imports it by name (``from torch import no_grad``: the fixer
+    writes ``no_grad()``, see ``FixContext.grad_api``), whether that name means it at ``node``."""
+    alias = facts.grad_api_alias(api) if api else None
+    if alias is not None:
+        return facts.resolve_name(alias, node) == facts.resolve_name(alias, facts.tree)
     names = facts.torch_module_names()
     if names:
         return all(facts.resolve_name(n, node) == "torch" for n in names)
@@ -181,7 +186,7 @@ def wrap_in_no_grad(
     body = [indented_deeper(transform(s) if transform else s) for s in stmts]
     leading = stmts[0].leading_lines
     body[0] = body[0].with_changes(leading_lines=())
-    header = ctx.statement(f"with {ctx.torch_name()}.no_grad():\n    pass\n")
+    header = ctx.statement(f"with {ctx.grad_api('no_grad')}():\n    pass\n")
     block = header.body.with_changes(body=body, indent=own_indent(ctx, stmts[0]))
     wrapper = header.with_changes(body=block, leading_lines=leading)
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
@@ -252,7 +257,7 @@ def decorate_with_no_grad(ctx, first_body_span: Span, transform=None) -> list:
     func = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
     if not isinstance(func, cst.FunctionDef):
         raise FixError("the function changed")
-    decorator = cst.Decorator(decorator=ctx.expr(f"{ctx.torch_name()}.no_grad()"))
+    decorator = cst.Decorator(decorator=ctx.expr(f"{ctx.grad_api('no_grad')}()"))
     body = block.with_changes(body=[transform(s) if transform else s for s in block.body])
     return [Edit(func, func.with_changes(decorators=[*func.decorators, decorator], body=body))]
 

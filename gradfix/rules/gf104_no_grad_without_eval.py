@@ -15,6 +15,7 @@ from gradfix.analysis.module_mode import (
     forward_target,
     fresh_local,
     is_descendant,
+    loads_saved_weights,
     module_sensitivity,
     not_a_module,
     not_an_evaluation,
@@ -80,7 +81,8 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
 def _evaluated_module(facts: FileFacts, call: ast.Call, target: str) -> tuple[str, str] | None:
     """The module a forward call runs, when the file trains that very object (so it is in
     train mode here unless something switches it) and it is not mode-free (sensitive, or
-    unknown); or when the function builds it itself, mode-sensitive, in train mode. Never
+    unknown); or when the function builds it itself, mode-sensitive, in train mode, and loads
+    saved weights into it (with random weights it computes nothing to evaluate). Never
     something that is no nn.Module at all (it has no `.eval()`)."""
     parts = target.split(".")
     for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
@@ -94,8 +96,9 @@ def _evaluated_module(facts: FileFacts, call: ast.Call, target: str) -> tuple[st
         own = fresh_local(facts, p, call)
         if own is not None and module_sensitivity(facts, p, call) == SENSITIVE:
             built = [b for b in built_here(facts, own, p) if pos(b) < pos(call)]
-            if built:
-                return p, f"built at line {built[-1].lineno}"
+            loaded = loads_saved_weights(facts, own, p, call) if built else None
+            if loaded is not None:
+                return p, f"built at line {built[-1].lineno}, weights loaded at line {loaded.lineno}"
     return None
 
 
@@ -111,7 +114,10 @@ class NoGradWithoutEval(Rule):
     the end of a loop body covers the next iterations, not the first), no
     `model = Net().eval()`, no helper called before it whose own flow leaves it in eval mode,
     no enclosing function or caller that switches it first. A module built in the function
-    (`model = Net()`) or left in train mode by a helper is in train mode whatever the caller did.
+    (`model = Net()`) or left in train mode by a helper is in train mode whatever the caller did;
+    one built in the function is evaluated only once the function loads saved weights into it
+    (`model.load_state_dict(torch.load(path))`, `load_checkpoint(model, args.resume)`): with the
+    random weights of its constructor, running it is a smoke test or a shape probe.
 
     The evidence is about the object, not the name: a function's own `m = make()` is not
     another function's `m` (two tests), so only its own flow (and the training functions it

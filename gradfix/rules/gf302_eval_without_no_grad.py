@@ -718,6 +718,30 @@ class EvalWithoutNoGrad(Rule):
             """,
             None,
         ),
+        # The file imports `no_grad` under its own name: the fix writes that name.
+        Invalid(
+            """
+            from torch import no_grad as ng
+
+            def score(model, batches):
+                model.eval()
+                total = 0.0
+                for x in batches:
+                    total += model(x).sum().item()
+                return total
+            """,
+            """
+            from torch import no_grad as ng
+
+            @ng()
+            def score(model, batches):
+                model.eval()
+                total = 0.0
+                for x in batches:
+                    total += model(x).sum().item()
+                return total
+            """,
+        ),
     ]
 
     def check(self, facts):
@@ -749,7 +773,7 @@ class EvalWithoutNoGrad(Rule):
             switch = min((s for s in switches if s[1] == "eval" and s[2] in modules), key=lambda s: s[0])[3]
             run = smallest_run(facts, func, calls)
             groups = _split_at_unrelated(facts, run, calls) if run is not None else []
-            fixable = bool(groups) and all(can_wrap(facts, g) for g in groups) and torch_reachable(facts, run[0])
+            fixable = bool(groups) and all(can_wrap(facts, g) for g in groups) and torch_reachable(facts, run[0], "no_grad")
             plan, title = None, None
             if fixable:
                 plan, title = self._plan(facts, func, groups)

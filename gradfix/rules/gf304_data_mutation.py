@@ -9,6 +9,7 @@ from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.analysis.insertion import plan_no_grad
+from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
 from gradfix.analysis.tensor_data import grads_may_require_grad, may_be_torch_data
 from gradfix.analysis.regions import header_records_no_graph, records_no_graph
 from gradfix.analysis.statements import (
@@ -41,8 +42,6 @@ _FACTORIES = frozenset(
     zeros zeros_like fft.fftfreq fft.rfftfreq
     """.split()
 )
-# Receivers that are surely parameters, buffers or gradients (by the usual names).
-_PARAM_NAME = re.compile(r"param|weight|bias|grad|theta|running_(mean|var)|^(p|w|W|b)\d*$", re.IGNORECASE)
 # A for-loop over these is a loop over parameters.
 _PARAM_SOURCE = re.compile(r"param|weight|buffers\(|state_dict\(")
 # Receivers whose `.data` is an ordinary attribute (a dataset, a PackedSequence, `self.data`).
@@ -201,7 +200,7 @@ def _receiver_kind(facts, receiver: ast.expr) -> str:
         return "unknown"
     if _foreign_array(facts, receiver, receiver) or not may_be_torch_data(facts, receiver):
         return "other"
-    if _PARAM_NAME.search(name):
+    if PARAMETER_NAME.search(name):
         if isinstance(receiver, ast.Name) and _computed_local(facts, name, receiver):
             return "unknown"
         return "param"
@@ -948,6 +947,26 @@ class DataMutation(Rule):
             """,
             None,
         ),
+        # The file imports `no_grad` by name: the fix writes it as the file does, no `import torch`.
+        Invalid(
+            """
+            from torch import no_grad
+            import torch.nn as nn
+
+            def init(model: nn.Module):
+                for p in model.parameters():
+                    p.data.uniform_(-0.1, 0.1)
+            """,
+            """
+            from torch import no_grad
+            import torch.nn as nn
+
+            @no_grad()
+            def init(model: nn.Module):
+                for p in model.parameters():
+                    p.uniform_(-0.1, 0.1)
+            """,
+        ),
     ]
 
     def check(self, facts):
@@ -964,7 +983,7 @@ class DataMutation(Rule):
                     continue
                 receiver = facts.segment(attr.value)
                 disabled = facts.grad_mode_at(stmt) == "disabled"
-                wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt)
+                wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt, "no_grad")
                 factory = _factory_write(facts, stmt)
                 if kind == "param" and not disabled and wrappable and not factory:
                     if not _suppressed(self.report(facts, stmt, ""), facts.lines):
@@ -1098,10 +1117,6 @@ def _data_reads(facts, stmt: ast.stmt, written: ast.Attribute) -> list[ast.Attri
     return found
 
 
-# Builtins that give a plain number (or a container of the values they are given).
-_NUMBER_BUILTINS = frozenset("float int min max abs round len sum pow".split())
-
-
 def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
     """Whether ``stmt`` writes through ``X.grad.data`` with operands that cannot require grad,
     in a file where no ``.grad`` can (no ``create_graph=``): then ``X.grad.mul_(s)`` with no
@@ -1127,69 +1142,7 @@ def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
         operands.append(stmt.value)
     else:
         operands += [stmt.value, stmt.targets[0].slice]
-    return all(_grad_free(facts, e, owner_name) for e in operands)
-
-
-def _grad_free(facts, expr: ast.AST, owner: str | None, seen: frozenset = frozenset()) -> bool:
-    """Whether ``expr`` surely does not require grad: constants, ``.data``/``.grad`` reads and
-    what is computed from them with torch or ``math`` functions, number builtins or methods;
-    arguments, globals and attributes or items that are not parameter-like (``lr``,
-    ``group['lr']``, ``scaler.loss_scale``: by convention numbers); local names every
-    assignment of which is such a value. Not: the
-    ``.grad``'s owner (``p`` in ``p.grad.data.add_(wd, p)``), a parameter-like name, a name bound
-    by a loop or from anything else (``v = updates[p]``), a call of something else
-    (``model(x)``)."""
-    free = lambda e: _grad_free(facts, e, owner, seen)  # noqa: E731
-    if isinstance(expr, ast.Constant):
-        return True
-    if isinstance(expr, ast.Attribute) and expr.attr in ("data", "grad"):
-        return True
-    if isinstance(expr, ast.Call):
-        func = expr.func
-        if (facts.qualname(func) or "").startswith(("torch.", "math.")):
-            pass
-        elif isinstance(func, ast.Attribute):
-            if not free(func.value):
-                return False
-        elif not (isinstance(func, ast.Name) and func.id in _NUMBER_BUILTINS and facts.resolve_name(func.id, expr) is None):
-            return False
-        return all(free(a) for a in (*expr.args, *(k.value for k in expr.keywords)))
-    if isinstance(expr, (ast.Name, ast.Attribute, ast.Subscript)):
-        root = expr
-        while isinstance(root, (ast.Attribute, ast.Subscript)):
-            root = root.value
-        if isinstance(root, ast.Name) and root.id == owner:
-            return False
-        if isinstance(expr, ast.Subscript) and not free(expr.slice):
-            return False
-        name = _last_name(expr)
-        if name is not None and _PARAM_NAME.search(name):
-            return False
-        # A bare local is followed to its assignments; an attribute or an item of an object
-        # (`scaler.loss_scale`, `group['lr']`) is not what built the object.
-        return not isinstance(expr, ast.Name) or _free_name(facts, expr, owner, seen)
-    if isinstance(expr, (ast.UnaryOp, ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Tuple, ast.List, ast.Slice)):
-        return all(free(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr))
-    return False
-
-
-def _free_name(facts, name: ast.Name, owner: str | None, seen: frozenset) -> bool:
-    """A name read as an operand of a ``.grad`` write: an argument or global (not bound in the
-    function), or a local every reaching assignment of which gives a grad-free value."""
-    from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
-
-    func = facts.function_of.get(name)
-    if isinstance(func, ast.Lambda) or _loop_over_parameters(facts, name.id, name):
-        return False
-    definitions = reaching_definitions(facts, func).reaching.get(name) or frozenset({UNKNOWN})
-    for definition in definitions:
-        if definition is UNKNOWN:
-            continue  # an argument, a global: a hyperparameter by convention
-        if definition.kind != "assign" or definition in seen or definition.value is None:
-            return False
-        if not _grad_free(facts, definition.value, owner, seen | {definition}):
-            return False
-    return True
+    return all(grad_free_operand(facts, e, owner_name) for e in operands)
 
 
 def _returns_argument(func, stmt: ast.stmt) -> bool:

@@ -338,15 +338,52 @@ def train(m, loader, opt):
         opt.step()
 
 
-def predict(x):
+def predict(x, path):
     m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    m.load_state_dict(torch.load(path))
     with torch.no_grad():
         return m(x)
 """
     findings = check(source, settings=GF104)
-    assert [f.code for f in findings] == ["GF104"] and "built at line 13" in findings[0].message
+    assert [f.code for f in findings] == ["GF104"] and "built at line 13, weights loaded at line 14" in findings[0].message
     assert _codes(source.replace("nn.Dropout(0.5))", "nn.Dropout(0.5)).eval()")) == []
     assert _codes(source.replace("nn.Dropout(0.5)", "nn.ReLU()")) == []  # mode-free
+
+
+def test_a_fresh_module_with_random_weights_is_not_evaluated():
+    """Built in the function and never given saved weights: running it under no_grad is a smoke
+    test or a shape probe (its output is random whatever the mode); what gives it weights from
+    storage makes it an evaluation."""
+    source = """\
+import torch
+from torch import nn
+
+
+def train(m, loader, opt):
+    m.train()
+    for x in loader:
+        m(x).sum().backward()
+        opt.step()
+
+
+def test_forward(x, other):
+    m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+    state = {}
+    state.update(other.state_dict())
+    m.load_state_dict(state)
+    with torch.no_grad():
+        assert m(x).shape == (1, 4)
+"""
+    assert _codes(source) == []
+    for loads in (
+        "m.load_state_dict(torch.load('net.pt')['model'])",
+        "m.load_state_dict(checkpoint)",
+        "m.load_weights(x)",
+        "load_checkpoint(m, args.resume)",
+    ):
+        assert _codes(source.replace("m.load_state_dict(state)", loads)) == ["GF104"], loads
+    # a loading helper handed only in-memory state is not storage
+    assert _codes(source.replace("m.load_state_dict(state)", "load_from_state_dict(m, state)")) == []
 
 
 # -- 3. not a module at all -------------------------------------------------------------------
