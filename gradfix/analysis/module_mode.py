@@ -662,6 +662,10 @@ def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> lis
         callee = callee_name(call)
         if id(call) in skip or callee is None:
             continue
+        func = call.func
+        if isinstance(func, ast.Attribute) and dotted_name(func.value) in names and func.attr in _mode_methods(facts):
+            items.append(ModeItem(call, _mode_methods(facts)[func.attr]))
+            continue
         found = callees(facts, call)
         defined = [f for f in found.defs if f is not scope]
         if defined:
@@ -679,6 +683,26 @@ def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> lis
             if any(related(p, n) for p in passed for n in names):
                 items.append(ModeItem(call, "evalcall"))
     return items
+
+
+def _mode_methods(facts: FileFacts) -> dict[str, str]:
+    """Methods of the file's classes that switch their own object or its parts (a
+    ``train_custom()`` that puts only the head in train mode), by name -> the item kind a call of
+    one is: ``train`` or ``evalcall`` when every switch of every such method goes that way,
+    else ``unknown`` (the author's own mode management). ``train``/``eval`` themselves are
+    switches, not methods."""
+
+    def compute():
+        kinds: dict[str, set[str]] = {}
+        for func in facts.functions:
+            if isinstance(func, ast.Lambda) or func.name in ("train", "eval") or not isinstance(facts.parents.get(func), ast.ClassDef):
+                continue
+            own = [s.mode for s in own_switches(facts, func) if s.receiver == "self" or s.receiver.startswith("self.")]
+            if own:
+                kinds.setdefault(func.name, set()).update(own)
+        return {name: ("train" if modes == {"train"} else "evalcall" if modes == {"eval"} else "unknown") for name, modes in kinds.items()}
+
+    return facts.memo(("module_mode.mode_methods",), compute)
 
 
 def mode_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
@@ -1042,7 +1066,11 @@ def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
 
 def _evals_reaching_exit(facts: FileFacts, scope, receiver: str, mine: list[Switch]) -> list[ast.Call]:
     """The `receiver.eval()` calls of ``scope`` that some path carries to its exit: the flow's
-    state is the last such call on the path, or "restored" after a switch back."""
+    state is the last such call on the path, or "restored" after a switch back. None when the
+    scope saves the caller's mode and gives it back (`was = m.training; m.eval(); ...;
+    m.train(was)` or `if was: m.train()`): where `was` is False, `m` was in eval mode already."""
+    if _restores_saved_mode(facts, scope, receiver):
+        return []
     by_stmt: dict[int, list[Switch]] = {}
     for s in sorted(mine, key=lambda s: pos(s.call)):
         if (s.mode == "eval" and s.receiver == receiver) or (s.mode != "eval" and related(s.receiver, receiver)):
@@ -1056,6 +1084,30 @@ def _evals_reaching_exit(facts: FileFacts, scope, receiver: str, mine: list[Swit
     body = facts.tree.body if scope is None else scope.body
     flow = ForwardFlow(body, frozenset({"entry"}), effect)
     return sorted((c for c in flow.exit if isinstance(c, ast.Call)), key=pos)
+
+
+def _restores_saved_mode(facts: FileFacts, scope, receiver: str) -> bool:
+    """``scope`` binds a name to ``receiver.training`` and switches ``receiver`` back with it:
+    ``receiver.train(name)``, or ``receiver.train()`` under ``if name:``."""
+    saved = set()
+    for stmt in facts.statements(scope):
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Attribute) and stmt.value.attr == "training":
+            if dotted_name(stmt.value.value) == receiver:
+                saved |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    if not saved:
+        return False
+    for call in own_calls(facts, scope):
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "train" and dotted_name(func.value) == receiver):
+            continue
+        if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id in saved:
+            return True
+        parent = facts.parents.get(call)
+        while parent is not None and parent is not scope:
+            if isinstance(parent, ast.If) and isinstance(parent.test, ast.Name) and parent.test.id in saved:
+                return True
+            parent = facts.parents.get(parent)
+    return False
 
 
 # -- what kind of module -----------------------------------------------------------------------

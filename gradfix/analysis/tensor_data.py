@@ -200,3 +200,29 @@ def _passes_backward_kwargs(call: ast.Call) -> bool:
     """``loss.backward(**kw)`` / ``autograd.grad(.., **kw)``: ``create_graph`` may be in there."""
     name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id if isinstance(call.func, ast.Name) else ""
     return name in ("backward", "grad")
+
+
+# Methods that work on a tensor's memory, not its values.
+_STORAGE_METHODS = frozenset("storage untyped_storage set_ record_stream resize_".split())
+
+
+def manages_storage(facts: FileFacts, func) -> bool:
+    """Whether ``func`` (None: module level) works on the memory behind some ``.data``
+    (``p.data.storage().resize_(n)``, ``p.data.record_stream(s)``, ``p.data.set_(t)``): sharded
+    or offloaded parameters refilled while autograd holds them, where a write through ``.data``
+    must stay invisible to autograd's version checks (under ``no_grad`` the same write makes
+    ``backward()`` raise)."""
+
+    def compute():
+        for call in facts.calls_in(func):
+            method = call.func
+            if not (isinstance(method, ast.Attribute) and method.attr in _STORAGE_METHODS):
+                continue
+            receiver = method.value
+            while isinstance(receiver, (ast.Attribute, ast.Subscript, ast.Call)):
+                if isinstance(receiver, ast.Attribute) and receiver.attr == "data":
+                    return True
+                receiver = receiver.func if isinstance(receiver, ast.Call) else receiver.value
+        return False
+
+    return facts.memo(("tensor_data.manages_storage", id(func)), compute)

@@ -21,6 +21,7 @@ from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
 from gradfix.analysis.statements import statement_block
+from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.model import FixSafety
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
 _POSITIONAL = ("data", "requires_grad", "volatile")
@@ -157,6 +158,8 @@ def variable_calls(facts) -> Iterator[VariableCall]:
         func = call.func
         if isinstance(func, ast.Name) and func.id in own_definition:
             continue  # a local ``class Variable``/``def Variable`` may win at run time
+        if in_torch_version_branch(facts, call):
+            continue  # `if torch.__version__ < '0.4': ... Variable(x, volatile=True)`: meant for that torch
         args: dict[str, ast.expr] = {}
         blocker = None
         for index, arg in enumerate(call.args):

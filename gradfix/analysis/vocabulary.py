@@ -214,7 +214,10 @@ def event_handler(func) -> bool:
 
 
 def caller_owns_mode(facts: FileFacts, func) -> bool:
-    """``func`` runs in whatever mode its caller set: forward, framework method, hook, handler."""
+    """``func`` runs in whatever mode its caller set: forward, framework method, hook, handler,
+    or a function its enclosing function hands back (``def get_model_fn(model): def model_fn(x):
+    ...; return model_fn``): a stand-in for the model's forward, whose caller (often in another
+    file) may differentiate what it returns."""
     if func is None:
         return False
     return (
@@ -222,7 +225,21 @@ def caller_owns_mode(facts: FileFacts, func) -> bool:
         or framework_method(facts, func)
         or func.name in registered_hooks(facts)
         or event_handler(func)
+        or returned_closure(facts, func)
     )
+
+
+def returned_closure(facts: FileFacts, func) -> bool:
+    """``func`` is defined in a function that returns it (alone or in a tuple)."""
+    outer = facts.function_of.get(func)
+    if not isinstance(outer, FUNCTIONS):
+        return False
+    for node in ast.walk(outer):
+        if isinstance(node, ast.Return) and node.value is not None and facts.function_of.get(node) is outer:
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if any(isinstance(v, ast.Name) and v.id == func.name for v in values):
+                return True
+    return False
 
 
 # -- tensor provenance ---------------------------------------------------------------------------
@@ -303,3 +320,54 @@ LOSS_LIKE = re.compile(r"loss|criterion|crit$|metric|accuracy|^acc$|score|distan
 def parameter_free_loss_class(qualname: str) -> bool:
     """A ``torch.nn`` loss class whose instances hold no parameters."""
     return qualname.startswith("torch.nn.") and qualname.endswith("Loss") and "AdaptiveLogSoftmax" not in qualname
+
+
+# -- code for another torch version -------------------------------------------------------------
+
+#: Names that hold torch's version by convention (`TORCH_VERSION`, `torch_ver`).
+_VERSION_NAME = re.compile(r"^_?(torch|pt|pytorch)_?(version|ver)(_info)?$", re.I)
+
+
+def in_torch_version_branch(facts: FileFacts, node: ast.AST) -> bool:
+    """Whether ``node`` lies in a branch of an ``if`` (or conditional expression) whose test
+    reads torch's version: ``torch.__version__``, a name bound from an expression that reads it
+    (``version = torch.__version__``), or a name like ``TORCH_VERSION``. Such code is written
+    for the torch its branch selects (``else:  # torch 0.3`` beside the 0.4 code): legacy API in
+    it is the author's compatibility, not a bug on the torch that runs it."""
+    child, parent = node, facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test and _reads_torch_version(facts, parent.test):
+            return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
+
+
+def _reads_torch_version(facts: FileFacts, test: ast.AST) -> bool:
+    return facts.memo(("vocabulary.reads_torch_version", id(test)), lambda: _reads_version(facts, test, 0))
+
+
+def _reads_version(facts: FileFacts, expr: ast.AST, depth: int) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Attribute) and node.attr in ("__version__", "version") and facts.qualname(node.value) == "torch":
+            return True
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            if _VERSION_NAME.match(node.id):
+                return True
+            if depth < 2 and any(_reads_version(facts, value, depth + 1) for value in _bound_values(facts, node.id)):
+                return True
+    return False
+
+
+def _bound_values(facts: FileFacts, name: str) -> list[ast.AST]:
+    """What the file assigns to ``name`` anywhere (by name: a version is bound once)."""
+    table = facts.memo(("vocabulary.bound_values",), lambda: _assignments_by_name(facts))
+    return table.get(name, [])
+
+
+def _assignments_by_name(facts: FileFacts) -> dict[str, list[ast.AST]]:
+    table: dict[str, list[ast.AST]] = {}
+    for stmt in facts.nodes_of(ast.Assign):
+        for target in stmt.targets:
+            if isinstance(target, ast.Name):
+                table.setdefault(target.id, []).append(stmt.value)
+    return table

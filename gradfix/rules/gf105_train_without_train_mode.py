@@ -22,6 +22,7 @@ from gradfix.analysis.module_mode import (
     optimized_modules,
     other_global,
     own_calls,
+    own_loops_around,
     own_switches,
     plan_train_insertion,
     pos,
@@ -340,8 +341,19 @@ class TrainWithoutTrainMode(Rule):
         # Only forwards that run before an optimizer step train: a test pass after the last
         # step (a script's `net.eval()` then test loop) is evaluation, not a training step.
         last_step = max(map(pos, steps))
+        # ...and only forwards inside every loop around some step: a reference forward before
+        # the training loop (`before = model(x); for _ in range(3): ...; opt.step()`) trains nothing.
+        step_loops = [set(map(id, own_loops_around(facts, s, scope))) for s in steps]
         uses_by_module = {
-            m: kept for m, uses in uses_by_module.items() if (kept := [u for u in uses if pos(u) < last_step])
+            m: kept
+            for m, uses in uses_by_module.items()
+            if (
+                kept := [
+                    u
+                    for u in uses
+                    if pos(u) < last_step and any(loops <= set(map(id, own_loops_around(facts, u, scope))) for loops in step_loops)
+                ]
+            )
         }
         for f in nested:  # an LBFGS closure: the forward runs inside optimizer.step(closure)
             for call in own_calls(facts, f):

@@ -21,7 +21,7 @@ from gradfix.analysis.statements import (
     torch_reachable,
     wrap_in_no_grad,
 )
-from gradfix.analysis.vocabulary import forward_callee
+from gradfix.analysis.vocabulary import caller_owns_mode, forward_callee
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -757,8 +757,8 @@ class EvalWithoutNoGrad(Rule):
             if func is None or isinstance(func, ast.Lambda) or not any(s[1] == "eval" for s in switches):
                 continue
             name = func.name
-            if is_hook_like(name) or "loss" in name.lower():
-                continue
+            if is_hook_like(name) or "loss" in name.lower() or caller_owns_mode(facts, func):
+                continue  # a forward, a framework method, a returned model function: its caller's grad mode
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue
             if _grad_off_decorator(func) or _unresolved_grad_context(facts, func):

@@ -10,7 +10,7 @@ from gradfix.lazy import cst
 from gradfix.model import FixSafety
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
-from gradfix.analysis.tensor_data import grads_may_require_grad, may_be_torch_data
+from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data
 from gradfix.analysis.regions import header_records_no_graph, records_no_graph
 from gradfix.analysis.statements import (
     alone_on_its_lines,
@@ -46,6 +46,9 @@ _FACTORIES = frozenset(
 _PARAM_SOURCE = re.compile(r"param|weight|buffers\(|state_dict\(")
 # Receivers whose `.data` is an ordinary attribute (a dataset, a PackedSequence, `self.data`).
 _NOT_A_TENSOR = re.compile(r"^(self|cls)$|data|set$|batch|packed|loader|sample|record", re.IGNORECASE)
+
+
+_STORAGE_REASON = "the function manages the memory behind `.data`: a write autograd sees could make backward raise"
 
 
 def _last_name(expr: ast.expr) -> str | None:
@@ -947,6 +950,20 @@ class DataMutation(Rule):
             """,
             None,
         ),
+        # Memory management (a sharded parameter refilled while autograd holds it): the write must
+        # stay invisible to autograd, so it is reported without a fix.
+        Invalid(
+            """
+            def fetch(params, flat):
+                offset = 0
+                for p in params:
+                    n = p.numel_full
+                    p.data.storage().resize_(n)
+                    p.data[:] = flat[offset:offset + n].view_as(p)
+                    offset += n
+            """,
+            None,
+        ),
         # The file imports `no_grad` by name: the fix writes it as the file does, no `import torch`.
         Invalid(
             """
@@ -985,6 +1002,9 @@ class DataMutation(Rule):
                 disabled = facts.grad_mode_at(stmt) == "disabled"
                 wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt, "no_grad")
                 factory = _factory_write(facts, stmt)
+                if manages_storage(facts, func):
+                    yield self.report(facts, stmt, self._message(receiver), no_fix=_STORAGE_REASON)
+                    continue
                 if kind == "param" and not disabled and wrappable and not factory:
                     if not _suppressed(self.report(facts, stmt, ""), facts.lines):
                         to_wrap.append((stmt, attr))

@@ -7,7 +7,9 @@ import re
 
 from gradfix.lazy import cst
 
+from gradfix.analysis.project import strip_moves
 from gradfix.analysis.tensor_data import may_be_torch_data
+from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -18,6 +20,8 @@ _FUNCTIONAL_LOSSES = frozenset(
     for n in ("cross_entropy", "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div")
 )
 _REDUCTIONS = frozenset({"torch.sum", "torch.mean"})
+# Tensor methods that, called with no dimension, reduce to a 0-dim tensor.
+_FULL_REDUCTIONS = frozenset("sum mean max min prod norm std var amax amin".split())
 _CRITERION = re.compile(r"^(crit|criterion\w*|crit_\w+)$|loss", re.IGNORECASE)
 # Names that say "many values": a per-sample loss vector is indexed on purpose.
 _NOT_SCALAR_NAME = re.compile(
@@ -130,23 +134,48 @@ class _Scalars:
         if _keeps_dims(call):
             return False
         callee = call.func
-        if isinstance(callee, ast.Attribute) and callee.attr in ("sum", "mean"):
+        if isinstance(callee, ast.Attribute) and callee.attr in _FULL_REDUCTIONS:
             if self.facts.qualname(callee) in _REDUCTIONS:  # torch.sum(x): one argument only
                 return len(call.args) == 1 and all(k.arg == "dtype" for k in call.keywords)
             return not call.args and all(k.arg == "dtype" for k in call.keywords)
         if self.facts.qualname(callee) in _FUNCTIONAL_LOSSES:
             return True
         if isinstance(callee, ast.Call):  # nn.MSELoss()(out, y)
-            return not _keeps_dims(callee) and self._criterion_name(callee.func)
-        return self._criterion_name(callee)
+            return not _keeps_dims(callee) and self._criterion_name(callee.func) and not self._foreign(callee)
+        return self._criterion_name(callee) and not self._foreign_criterion(callee)
+
+    def _foreign(self, call: ast.Call) -> bool:
+        """``call`` builds a class of another package than torch and the project
+        (``warpctc_pytorch.CTCLoss()`` returns a 1-element tensor): its result's shape is its own."""
+        qual = self.facts.qualname(call.func) or ""
+        root = qual.split(".", 1)[0]
+        if not root or root == "torch" or qual.startswith("."):
+            return False
+        index = self.facts.project
+        return index is None or not any(m.split(".", 1)[0] == root for m in index.modules)
+
+    def _foreign_criterion(self, callee: ast.expr) -> bool:
+        """The criterion called through ``callee`` (``criterion``, ``self.criterion``) is bound in
+        this file to an instance of a foreign class (see :meth:`_foreign`)."""
+        name = dotted_name(callee)
+        if name is None:
+            return False
+        last = name.rpartition(".")[2]
+        for node in self.facts.nodes_of(ast.Assign):
+            if isinstance(node.value, ast.Call) and any((dotted_name(t) or "").rpartition(".")[2] == last for t in node.targets):
+                if self._foreign(strip_moves(node.value)):
+                    return True
+        return False
 
     def _keeps_many(self, call: ast.Call) -> bool:
         """Evidence that ``call`` returns one value per element, whatever the target's name."""
         if _keeps_dims(call):
             return True
         callee = call.func
-        if isinstance(callee, ast.Attribute) and callee.attr in ("sum", "mean"):
+        if isinstance(callee, ast.Attribute) and callee.attr in _FULL_REDUCTIONS:
             return not self._scalar_call(call)  # a reduction over a dimension
+        if self._foreign(call) or (isinstance(callee, ast.Call) and self._foreign(callee)) or self._foreign_criterion(callee):
+            return True  # a foreign criterion's result has the shape it chooses
         name = dotted_name(callee)
         return name is not None and name.rpartition(".")[2] in self.unreduced_criteria()
 
@@ -182,7 +211,8 @@ class _Scalars:
         seen = seen | {name}
         numbers = [v for v in values if isinstance(v, ast.Constant) and type(v.value) in (int, float)]
         tensors = [v for v in values if v not in numbers]
-        calls = [v for v in tensors if isinstance(v, ast.Call)]
+        # a binding's own call, or the calls it is computed from (`ctc(...) / n`)
+        calls = [c for v in tensors for c in ([v] if isinstance(v, ast.Call) else [o for o in (getattr(v, "left", None), getattr(v, "right", None)) if isinstance(o, ast.Call)])]
         if any(self._keeps_many(v) or _shaped(v) or self._torch_non_scalar(v) for v in calls):
             return False  # one binding has one value per element, an explicit shape, or a shape of its own
         if _indexed_elsewhere(self.facts, func, name):
@@ -480,6 +510,8 @@ class DataIndexZero(Rule):
             base = node.value.value
             if not may_be_torch_data(facts, base) or not scalars.is_scalar(base, facts.enclosing_function(node)):
                 continue
+            if in_torch_version_branch(facts, node):
+                continue  # `else:  # torch 0.3`: there a loss is 1-dim and `.data[0]` is right
             text = facts.segment(base)
             shown = text if len(text) <= 40 and "\n" not in text else "..."
             yield self.report(

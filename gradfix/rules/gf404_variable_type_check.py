@@ -9,6 +9,7 @@ from gradfix.lazy import cst
 from gradfix.analysis.regions import is_builtin
 from gradfix.analysis.statements import torch_reachable
 from gradfix.analysis.variable import VARIABLE, defines_name, import_to_drop
+from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
 
@@ -208,11 +209,11 @@ class VariableTypeCheck(Rule):
         own = defines_name(facts, "Variable")
         for node in facts.nodes_of(ast.Compare):
             found = self._compare(facts, node, own)
-            if found is not None:
+            if found is not None and not in_torch_version_branch(facts, node):
                 yield found
         for node in facts.calls:
             found = self._isinstance(facts, node, own)
-            if found is not None:
+            if found is not None and not in_torch_version_branch(facts, node):
                 yield found
 
     def _is_variable(self, facts, expr: ast.expr, own: set[str]) -> bool:
