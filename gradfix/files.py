@@ -109,9 +109,16 @@ class _Gitignore:
             self._asked += 1
             if self._asked > _COMBINE_AFTER:
                 any_line = self.any_line = _any_line(self.spec)
-        if any_line is not None and any_line(path) is None:
+        if any_line is not None and any_line(path if path[:1] not in "/." else _normalized(path)) is None:
             return None
         return self.spec.check_file(path).include
+
+
+def _normalized(path: str) -> str:
+    """The path as pathspec matches it (no leading ``/`` or ``./``)."""
+    import pathspec.util
+
+    return pathspec.util.normalize_file(path)
 
 
 _COMBINE_AFTER = 32  # paths asked about one .gitignore before its lines are combined

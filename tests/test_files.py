@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pathspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -176,6 +176,7 @@ _PATH = st.lists(st.sampled_from(["a", "b", "/", "ab", ".py", "(", "+", " "]), m
 
 @settings(max_examples=500, deadline=None)
 @given(lines=st.lists(_LINE, min_size=0, max_size=5), path=_PATH)
+@example(lines=["a"], path="/a")  # pathspec matches `a`: it strips the leading `/` first
 def test_one_regex_for_a_whole_gitignore_agrees_with_pathspec(lines, path):
     # The walk rules out, with one combined regex, the paths that no line of a .gitignore
     # matches, and asks pathspec about the rest: the verdict must be pathspec's, line by line.
