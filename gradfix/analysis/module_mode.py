@@ -531,8 +531,11 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
         # (`model = Auto.from_pretrained(..)` is in eval mode with no `.eval()` anywhere)
         handed = {dotted_name(_argument_for(func, call, n)) for n in {m.split(".", 1)[0] for m in names} & params}
         handed -= {None}
-        if (handed or any(any(related(r, n) for n in known) for r in switched)) and _set_at(facts, scope, call, known | handed, allowed):
-            return True
+        if any(any(related(r, n) for n in known) for r in switched):
+            if _set_at(facts, scope, call, known | handed, allowed):
+                return True
+        elif handed and _set_at(facts, scope, call, handed, {EVAL}):
+            return True  # no switch there: only a binding that gives eval mode sets it
     return False
 
 
