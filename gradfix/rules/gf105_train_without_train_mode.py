@@ -49,7 +49,11 @@ class TrainWithoutTrainMode(Rule):
     reaches a step on some path (an `.eval()` or an evaluation helper later in the epoch loop
     reaches the next epoch's steps), and an `.eval()` counts when some path carries it to the
     end of its scope (an early `return` before the switch back; a `finally` that restores the
-    mode covers every way out). It reports what the file does: an evaluation that lacks
+    mode covers every way out, and so does a saved flag given back: `was = m.training;
+    m.eval(); ...; if was: m.train()`). The training steps are the forwards inside every loop
+    around some optimizer step (a reference forward before the training loop is none), and a
+    method of the file's classes that switches its own object (`probe.train_head()`) is a
+    switch where it is called. It reports what the file does: an evaluation that lacks
     `.eval()` is GF104's, and once GF104's fix has put a `.eval()` in the file, GF105 reports
     the loops.
 

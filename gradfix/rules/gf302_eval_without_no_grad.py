@@ -170,7 +170,9 @@ class EvalWithoutNoGrad(Rule):
     backpropagates through what the function returns (an adversarial attack, a perceptual
     loss, a distillation step in another file) would get `element 0 of tensors does not
     require grad`. To keep that risk small the rule skips `forward`, `__call__`, hooks,
-    `*_step` methods, functions with `loss` in their name, functions whose results the same
+    `*_step` methods, framework methods and registered hooks, a function its enclosing function
+    returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
+    caller may differentiate it), functions with `loss` in their name, functions whose results the same
     file feeds into training, functions already called under a grad-mode region, and
     functions that turn on gradient checkpointing (a test of that path needs grads). The fix
     decorates the function with `@torch.no_grad()` when only set-up statements (`model.eval()`,

@@ -234,8 +234,9 @@ class DataIndexZero(Rule):
     ## What it does
     Finds `<scalar>.data[0]` where the base is a loss or a full reduction: a name assigned
     from a criterion call (`criterion(...)`, `crit(...)`, `loss_fn(...)`, any callee whose
-    name contains `loss`), `F.*loss*`/`F.cross_entropy(...)`, `.sum()`/`.mean()` without a
-    dimension, sums of those, or a name containing `loss`, in code, f-strings and
+    name contains `loss`), `F.*loss*`/`F.cross_entropy(...)`, a full reduction without a
+    dimension (`.sum()`, `.mean()`, `.max()`, `.min()`, `.norm()`, `.prod()`, `.std()`,
+    `.var()`), sums of those, or a name containing `loss`, in code, f-strings and
     `.format(...)` arguments alike.
 
     ## Why is this bad?
@@ -268,7 +269,11 @@ class DataIndexZero(Rule):
     to a tensor built with a shape (`loss = torch.zeros(1)` then `loss += crit(...)`, which
     stays shape `(1,)`), to a torch function that is no reduction (`torch.stack`, `torch.cat`)
     or to a reshaping method (`.unsqueeze(0)`, `.view(1)`), or indexed elsewhere with another
-    index (`total_loss.data[1]`), is left alone. So is a `.data` that is not torch's
+    index (`total_loss.data[1]`), is left alone, and so is the result of a criterion of another
+    package than torch and the project (warp-ctc's `CTCLoss` returns a one-element tensor). A
+    `.data[0]` in a branch selected by torch's version (`if torch.__version__ ...: loss.item()
+    else: loss.data[0]`) is the author's code for that torch (as for GF401, GF402 and GF404).
+    So is a `.data` that is not torch's
     (`gradfix/analysis/tensor_data.py`, shared with GF304): in a file that imports modules but
     never torch, or on an object of a plain class that keeps its value in `self.data`. The name heuristic is the risk: a one-element
     1-D tensor named `*loss*` whose shape the file does not show gives a 0-dim tensor from
