@@ -111,6 +111,9 @@ def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]],
         if not head.startswith(commit):
             print(f"warning: {repo} is at {head[:12]}, REPOS.md says {commit}", file=sys.stderr)
         proc = gradfix(["--format", "json", path.name], corpus)
+        internal = [e for e in proc.stderr.splitlines() if "internal error" in e]
+        if internal:  # a file gradfix could not check would lose its findings silently
+            raise SystemExit(f"gradfix failed on {len(internal)} files of {repo}:\n" + "\n".join(internal))
         errors = [e for e in proc.stderr.splitlines() if "syntax error" in e]
         if errors:
             print(f"note: {repo}: {len(errors)} files do not parse (left alone)", file=sys.stderr)

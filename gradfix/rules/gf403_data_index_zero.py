@@ -147,6 +147,8 @@ class _Scalars:
     def _foreign(self, call: ast.Call) -> bool:
         """``call`` builds a class of another package than torch and the project
         (``warpctc_pytorch.CTCLoss()`` returns a 1-element tensor): its result's shape is its own."""
+        if not isinstance(call, ast.Call):
+            return False  # `crit = crit.cuda()` strips to the name itself
         qual = self.facts.qualname(call.func) or ""
         root = qual.split(".", 1)[0]
         if not root or root == "torch" or qual.startswith("."):

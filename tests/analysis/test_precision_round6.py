@@ -192,6 +192,9 @@ def step(acts, labels, sizes, lengths, v):
 
 def test_a_foreign_criterion_is_not_0_dim_and_full_reductions_are():
     assert _codes(CRITERIA, "GF403") == [("GF403", 9), ("GF403", 9)]
+    # a criterion rebound to itself moved to a device is still the foreign one (and no crash)
+    moved = CRITERIA.replace("ctc = CTCLoss()\n", "ctc = CTCLoss()\nctc = ctc.cuda()\n")
+    assert _codes(moved, "GF403") == [("GF403", 10), ("GF403", 10)]
 
 
 # A model function handed back by a factory stands for the model's forward: its caller (often
