@@ -21,7 +21,7 @@ from gradfix.analysis.statements import (
     torch_reachable,
     wrap_in_no_grad,
 )
-from gradfix.analysis.vocabulary import caller_owns_mode, forward_callee
+from gradfix.analysis.vocabulary import forward_callee, returned_closure
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import Invalid, Rule, Valid
@@ -170,8 +170,7 @@ class EvalWithoutNoGrad(Rule):
     backpropagates through what the function returns (an adversarial attack, a perceptual
     loss, a distillation step in another file) would get `element 0 of tensors does not
     require grad`. To keep that risk small the rule skips `forward`, `__call__`, hooks,
-    `*_step` methods, framework methods and registered hooks, a function its enclosing function
-    returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
+    `*_step` methods, a function its enclosing function returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
     caller may differentiate it), functions with `loss` in their name, functions whose results the same
     file feeds into training, functions already called under a grad-mode region, and
     functions that turn on gradient checkpointing (a test of that path needs grads). The fix
@@ -759,8 +758,8 @@ class EvalWithoutNoGrad(Rule):
             if func is None or isinstance(func, ast.Lambda) or not any(s[1] == "eval" for s in switches):
                 continue
             name = func.name
-            if is_hook_like(name) or "loss" in name.lower() or caller_owns_mode(facts, func):
-                continue  # a forward, a framework method, a returned model function: its caller's grad mode
+            if is_hook_like(name) or "loss" in name.lower() or returned_closure(facts, func):
+                continue  # a forward, a hook, a returned model function: its caller's grad mode
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue
             if _grad_off_decorator(func) or _unresolved_grad_context(facts, func):
