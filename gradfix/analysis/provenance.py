@@ -17,6 +17,10 @@ when ``v`` has one too; attribute and subscript targets (``self.h = ..``) are ne
 A ``def``/``class`` statement binds itself (kind ``def``: no tensor's origin, but
 :mod:`gradfix.analysis.calls` reads it to tell which def a call runs).
 
+:func:`grad_free_operand` asks the same walk with the conventions of optimizer code (an
+argument, a global, ``group['lr']`` are hyperparameters; another ``.grad`` needs no grad): the
+operands of an update written to a ``.grad``.
+
 :func:`sole_holder` answers the second question a rewrite that drops ``Variable(x)`` asks:
 ``Variable(x)`` returns a *new* detached alias, ``x`` is the object itself, and the two differ
 only if something can see both. It holds when nothing in the function can make the object
