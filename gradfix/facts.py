@@ -346,7 +346,16 @@ class FileFacts:
         """The name a top-level ``from torch import no_grad [as ng]`` (or from ``torch.autograd``)
         binds to torch's ``api``: a fix then writes that name, as the file does, instead of
         ``torch.no_grad``. None when there is no such import."""
-        return grad_api_alias(self.tree.body, api)
+
+        def compute():
+            for stmt in _module_level(self.tree.body):
+                if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module in GRAD_API_MODULES:
+                    for alias in stmt.names:
+                        if alias.name == api:
+                            return alias.asname or api
+            return None
+
+        return self.memo(("facts.grad_api_alias", api), compute)
 
     def torch_name_writable(self) -> bool:
         """Whether a fix may write ``torch.X`` here: the module imports torch as a module, or
@@ -722,16 +731,8 @@ def build_facts(source: str, path: str = "<string>", tree: ast.Module | None = N
 
 # Modules from which torch's grad-mode context managers are imported by name.
 GRAD_API_MODULES = ("torch", "torch.autograd", "torch.autograd.grad_mode")
-
-
-def grad_api_alias(body: list[ast.stmt], api: str) -> str | None:
-    """See :meth:`FileFacts.grad_api_alias` (the first such import among ``body``'s statements)."""
-    for stmt in _module_level(body):
-        if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module in GRAD_API_MODULES:
-            for alias in stmt.names:
-                if alias.name == api:
-                    return alias.asname or api
-    return None
+# Statements whose blocks run at module level when they are there (`try`/`except*` from 3.11).
+_MODULE_LEVEL_BLOCKS = tuple(getattr(ast, n) for n in ("If", "Try", "TryStar", "With") if hasattr(ast, n))
 
 
 def _module_level(body: list[ast.stmt]):
@@ -739,7 +740,7 @@ def _module_level(body: list[ast.stmt]):
     class bodies (as gradfix.fixer's ``_module_level`` walks the same module)."""
     for stmt in body:
         yield stmt
-        if isinstance(stmt, (ast.If, ast.Try, ast.With)) or type(stmt).__name__ == "TryStar":
+        if isinstance(stmt, _MODULE_LEVEL_BLOCKS):
             for field in ("body", "orelse", "finalbody"):
                 yield from _module_level(getattr(stmt, field, []))
             for handler in getattr(stmt, "handlers", []):

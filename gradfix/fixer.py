@@ -96,13 +96,11 @@ class FixContext:
 
         If the module never imports torch as a module, ``import torch`` is added.
         """
-        for stmt in _module_level(self.module.body):
-            if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if isinstance(small, cst.Import):
-                        for alias in small.names:
-                            if self.code(alias.name) == "torch":
-                                return alias.evaluated_alias or "torch"
+        for small in self._module_level_imports():
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    if self.code(alias.name) == "torch":
+                        return alias.evaluated_alias or "torch"
         self.add_import("torch")
         return "torch"
 
@@ -112,20 +110,24 @@ class FixContext:
         before they offer a fix), else ``torch.no_grad`` through :meth:`torch_name`."""
         from gradfix.facts import GRAD_API_MODULES
 
+        for small in self._module_level_imports():
+            if (
+                isinstance(small, cst.ImportFrom)
+                and not small.relative
+                and small.module is not None
+                and self.code(small.module) in GRAD_API_MODULES
+                and not isinstance(small.names, cst.ImportStar)
+            ):
+                for alias in small.names:
+                    if self.code(alias.name) == api:
+                        return alias.evaluated_alias or api
+        return f"{self.torch_name()}.{api}"
+
+    def _module_level_imports(self):
+        """The ``import`` / ``from .. import`` statements that run at module level."""
         for stmt in _module_level(self.module.body):
             if isinstance(stmt, cst.SimpleStatementLine):
-                for small in stmt.body:
-                    if (
-                        isinstance(small, cst.ImportFrom)
-                        and not small.relative
-                        and small.module is not None
-                        and self.code(small.module) in GRAD_API_MODULES
-                        and not isinstance(small.names, cst.ImportStar)
-                    ):
-                        for alias in small.names:
-                            if self.code(alias.name) == api:
-                                return alias.evaluated_alias or api
-        return f"{self.torch_name()}.{api}"
+                yield from (small for small in stmt.body if isinstance(small, (cst.Import, cst.ImportFrom)))
 
     def add_import(self, module: str, name: str | None = None) -> None:
         self.imports.add.append((module, name))

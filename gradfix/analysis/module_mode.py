@@ -697,12 +697,12 @@ def _mode_methods(facts: FileFacts) -> dict[str, str]:
 
     def compute():
         kinds: dict[str, set[str]] = {}
-        for func in facts.functions:
-            if isinstance(func, ast.Lambda) or func.name in ("train", "eval") or not isinstance(facts.parents.get(func), ast.ClassDef):
+        for s in switches(facts):
+            func = facts.function_of.get(s.call)
+            if not (s.receiver == "self" or s.receiver.startswith("self.")) or isinstance(func, ast.Lambda) or func is None:
                 continue
-            own = [s.mode for s in own_switches(facts, func) if s.receiver == "self" or s.receiver.startswith("self.")]
-            if own:
-                kinds.setdefault(func.name, set()).update(own)
+            if func.name not in ("train", "eval") and isinstance(facts.parents.get(func), ast.ClassDef):
+                kinds.setdefault(func.name, set()).add(s.mode)
         return {name: ("train" if modes == {"train"} else "evalcall" if modes == {"eval"} else "unknown") for name, modes in kinds.items()}
 
     return facts.memo(("module_mode.mode_methods",), compute)

@@ -348,17 +348,14 @@ class TrainWithoutTrainMode(Rule):
         # ...and only forwards inside every loop around some step: a reference forward before
         # the training loop (`before = model(x); for _ in range(3): ...; opt.step()`) trains nothing.
         step_loops = [set(map(id, own_loops_around(facts, s, scope))) for s in steps]
-        uses_by_module = {
-            m: kept
-            for m, uses in uses_by_module.items()
-            if (
-                kept := [
-                    u
-                    for u in uses
-                    if pos(u) < last_step and any(loops <= set(map(id, own_loops_around(facts, u, scope))) for loops in step_loops)
-                ]
-            )
-        }
+
+        def trains(use) -> bool:
+            if pos(use) >= last_step:
+                return False
+            loops = set(map(id, own_loops_around(facts, use, scope)))
+            return any(around <= loops for around in step_loops)
+
+        uses_by_module = {m: kept for m, uses in uses_by_module.items() if (kept := [u for u in uses if trains(u)])}
         for f in nested:  # an LBFGS closure: the forward runs inside optimizer.step(closure)
             for call in own_calls(facts, f):
                 target = forward_target(facts, call)

@@ -98,6 +98,7 @@ class _Scalars:
     def __init__(self, facts):
         self.facts = facts
         self._unreduced_criteria: set[str] | None = None
+        self._foreign_names: set[str] | None = None
 
     def unreduced_criteria(self) -> set[str]:
         """Last name components of criteria built with ``reduction='none'``/``reduce=False``."""
@@ -160,14 +161,18 @@ class _Scalars:
         """The criterion called through ``callee`` (``criterion``, ``self.criterion``) is bound in
         this file to an instance of a foreign class (see :meth:`_foreign`)."""
         name = dotted_name(callee)
-        if name is None:
-            return False
-        last = name.rpartition(".")[2]
-        for node in self.facts.nodes_of(ast.Assign):
-            if isinstance(node.value, ast.Call) and any((dotted_name(t) or "").rpartition(".")[2] == last for t in node.targets):
-                if self._foreign(strip_moves(node.value)):
-                    return True
-        return False
+        return name is not None and name.rpartition(".")[2] in self._foreign_criteria()
+
+    def _foreign_criteria(self) -> set[str]:
+        """Last name components of what the file binds to an instance of a foreign class."""
+        if self._foreign_names is None:
+            self._foreign_names = {
+                (dotted_name(t) or "").rpartition(".")[2]
+                for node in self.facts.nodes_of(ast.Assign)
+                if isinstance(node.value, ast.Call) and self._foreign(strip_moves(node.value))
+                for t in node.targets
+            } - {""}
+        return self._foreign_names
 
     def _keeps_many(self, call: ast.Call) -> bool:
         """Evidence that ``call`` returns one value per element, whatever the target's name."""
@@ -214,7 +219,8 @@ class _Scalars:
         numbers = [v for v in values if isinstance(v, ast.Constant) and type(v.value) in (int, float)]
         tensors = [v for v in values if v not in numbers]
         # a binding's own call, or the calls it is computed from (`ctc(...) / n`)
-        calls = [c for v in tensors for c in ([v] if isinstance(v, ast.Call) else [o for o in (getattr(v, "left", None), getattr(v, "right", None)) if isinstance(o, ast.Call)])]
+        operands = [o for v in tensors for o in ((v,) if isinstance(v, ast.Call) else (getattr(v, "left", None), getattr(v, "right", None)))]
+        calls = [c for c in operands if isinstance(c, ast.Call)]
         if any(self._keeps_many(v) or _shaped(v) or self._torch_non_scalar(v) for v in calls):
             return False  # one binding has one value per element, an explicit shape, or a shape of its own
         if _indexed_elsewhere(self.facts, func, name):
