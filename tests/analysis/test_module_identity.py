@@ -325,8 +325,8 @@ def train(m, loader, opt):
     assert _codes(source) == []
 
 
-def test_a_fresh_sensitive_module_is_in_train_mode_whatever_others_do():
-    source = """\
+# A file that trains `m` (a parameter): its evidence is not about another function's own `m`.
+TRAINS_M = """\
 import torch
 from torch import nn
 
@@ -338,6 +338,11 @@ def train(m, loader, opt):
         opt.step()
 
 
+"""
+
+
+def test_a_fresh_sensitive_module_is_in_train_mode_whatever_others_do():
+    source = TRAINS_M + """\
 def predict(x, path):
     m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
     m.load_state_dict(torch.load(path))
@@ -354,18 +359,7 @@ def test_a_fresh_module_with_random_weights_is_not_evaluated():
     """Built in the function and never given saved weights: running it under no_grad is a smoke
     test or a shape probe (its output is random whatever the mode); what gives it weights from
     storage makes it an evaluation."""
-    source = """\
-import torch
-from torch import nn
-
-
-def train(m, loader, opt):
-    m.train()
-    for x in loader:
-        m(x).sum().backward()
-        opt.step()
-
-
+    source = TRAINS_M + """\
 def test_forward(x, other):
     m = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
     state = {}
