@@ -735,11 +735,23 @@ GRAD_API_MODULES = ("torch", "torch.autograd", "torch.autograd.grad_mode")
 _MODULE_LEVEL_BLOCKS = tuple(getattr(ast, n) for n in ("If", "Try", "TryStar", "With") if hasattr(ast, n))
 
 
+def main_guard(test: ast.expr) -> bool:
+    """The test of a ``__main__`` guard: it reads ``__name__`` and the string ``"__main__"``
+    (``__name__ == "__main__"``, either way round or with more conditions)."""
+    nodes = list(ast.walk(test))
+    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in nodes) and any(
+        isinstance(n, ast.Constant) and n.value == "__main__" for n in nodes
+    )
+
+
 def _module_level(body: list[ast.stmt]):
     """``body`` and the blocks of its ``if``/``try``/``with`` statements, not function or
-    class bodies (as gradfix.fixer's ``_module_level`` walks the same module)."""
+    class bodies nor the ``__main__`` guard's block (as gradfix.fixer's ``_module_level`` walks
+    the same module)."""
     for stmt in body:
         yield stmt
+        if isinstance(stmt, ast.If) and main_guard(stmt.test):
+            continue  # runs after the definitions above it, and never when the module is imported
         if isinstance(stmt, _MODULE_LEVEL_BLOCKS):
             for field in ("body", "orelse", "finalbody"):
                 yield from _module_level(getattr(stmt, field, []))

@@ -136,12 +136,21 @@ class FixContext:
         self.imports.remove_if_unused.append((module, name))
 
 
+def _main_guard(test: cst.BaseExpression) -> bool:
+    """The test of a ``__main__`` guard, as ``gradfix.facts.main_guard`` reads it."""
+    code = cst.Module([]).code_for_node(test)
+    return "__name__" in code and "__main__" in code
+
+
 def _module_level(body):
     """The statements that run at module level: ``body`` and, in order, the blocks of its
     ``if``/``try``/``with`` statements (as ``FileFacts``' module scope sees them), not the
-    bodies of functions and classes."""
+    bodies of functions and classes, nor the ``__main__`` guard's block: an ``import torch``
+    there binds nothing for a decorator evaluated above it or for a module that is imported."""
     for stmt in body:
         yield stmt
+        if isinstance(stmt, cst.If) and _main_guard(stmt.test):
+            continue  # runs after the definitions above it, and never when the module is imported
         if isinstance(stmt, (cst.If, cst.Try, cst.TryStar, cst.With)):
             blocks = [stmt.body]
             if isinstance(stmt, cst.If) and stmt.orelse is not None:

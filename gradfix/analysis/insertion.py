@@ -97,7 +97,8 @@ def plan_no_grad(
       assignment moved under ``no_grad`` may compute a tensor without history).
 
     An ``if`` whose branches hold only such statements goes in whole (``if/elif`` in a weight
-    init loop: one block, not one per branch), and so does the innermost loop that holds them;
+    init loop: one block, not one per branch), and so does the loop that holds them, with every
+    loop around it whose body holds nothing else;
     blocks of one body separated only by joined statements become one (two consecutive loops:
     one ``with`` around both). When that widening, carried through every enclosing loop, covers
     the function body but what ``outside_ok`` accepts, the function is decorated instead.
@@ -113,10 +114,23 @@ def plan_no_grad(
             outside = around_run(func, widest[0])
             if outside is not None and outside_ok(*outside):
                 return NoGradPlan(True)
-        runs = _widen(facts, func, groups, may_join, header_ok, through_loops=False)
+        # A loop whose body holds only the block's statements goes in whole, and so does one
+        # around it (`for i: for j: w.data[i, j] = ..` is entered once, not once per `i`); an
+        # `if` goes in only on the way to such a loop or to join blocks (`if c: for p: ..` in a
+        # training loop keeps the `with` inside the `if`).
+        innermost = _widen(facts, func, groups, may_join, header_ok, through_loops=False)
+        runs = [
+            part
+            for run in widest
+            for part in ([run] if any(isinstance(s, _LOOPS) for s in run) else [i for i in innermost if _inside(facts, i, run)])
+        ]
         if not private or not any(_leaks(facts, func, run, original) for run in runs):
             return NoGradPlan(False, tuple(tuple(r) for r in runs))
     return NoGradPlan(False, tuple(tuple(g) for g in groups))
+
+
+def _inside(facts, run: Sequence[ast.stmt], outer: Sequence[ast.stmt]) -> bool:
+    return any(run[0] is s or is_within(facts, run[0], s) for s in outer)
 
 
 def _joinable(stmt: ast.stmt, joins, header_ok) -> bool:
@@ -159,8 +173,11 @@ def _widen(facts, func, groups, joinable, header_ok, through_loops: bool) -> lis
                 continue
             if not header_ok(parent) or not (is_elif(facts, parent) or can_wrap(facts, [parent])):
                 continue
-            formed[parent] = chosen & set(children)
-            chosen -= set(children)
+            # every chosen statement inside, not only its children: one the rule accepts as
+            # joinable too may sit in an `if` that went in as joinable, not as formed
+            inner = {s for s in chosen if is_within(facts, s, parent)}
+            formed[parent] = inner
+            chosen -= inner
             chosen.add(parent)
             changed = True
     # An `elif` only goes in with the `if` it belongs to: where that did not happen, its own

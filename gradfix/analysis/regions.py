@@ -9,6 +9,7 @@ headers can be dropped (:func:`droppable_grad_with`). GF202, GF203 and GF204 ask
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 
 # Attributes that compute a new tensor view (recorded by autograd outside no_grad).
@@ -187,7 +188,7 @@ _NO_GRAPH_METHODS = frozenset(
 def computes_no_graph(facts, expr: ast.AST | None) -> bool:
     """Evaluating ``expr`` under ``no_grad`` gives the same result, and runs nothing that
     autograd could record into a value that outlives it: :func:`is_inert` plus comparisons,
-    ``and``/``or``/``not``, arithmetic and subscripts of such values, ``math.*``, and the calls
+    ``and``/``or``/``not``, arithmetic and subscripts of such values, ``math.*``, ``numpy.*``, and the calls
     above (``isinstance(m, nn.Conv2d)``, ``m.weight.size(1)``, ``model.modules()``). Arithmetic
     may still build a tensor: :func:`~gradfix.analysis.insertion.plan_no_grad` checks that nothing it binds
     is read outside the block."""
@@ -215,7 +216,7 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
         func = expr.func
         if isinstance(func, ast.Name):
             return func.id in _NO_GRAPH_BUILTINS and is_builtin(facts, func.id, func)
-        if (facts.qualname(func) or "").startswith("math."):
+        if (facts.qualname(func) or "").startswith(("math.", "numpy.")):  # autograd never sees these
             return True
         return isinstance(func, ast.Attribute) and func.attr in _NO_GRAPH_METHODS and computes_no_graph(facts, func.value)
     return False
@@ -223,15 +224,18 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
 
 def records_no_graph(facts, stmt: ast.stmt) -> bool:
     """A simple statement that may run under ``no_grad`` with the same effect: ``pass``,
-    ``continue``, ``break``, logging (:func:`is_neutral_statement`), a ``torch.nn.init``
+    ``continue``, ``break``, logging (:func:`is_neutral_statement`), a container append of
+    names or attributes (``convs.append(m.weight.data)``), a ``torch.nn.init``
     call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``, or
     an assignment to plain names of a :func:`computes_no_graph` value (``classname =
     m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``)."""
     if isinstance(stmt, (ast.Pass, ast.Continue, ast.Break)) or is_neutral_statement(facts, stmt):
         return True
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        # `nn.init.kaiming_normal_(m.weight)`: torch's initializers already run under no_grad
         call = stmt.value
+        if _stores_same_objects(facts, call):
+            return True
+        # `nn.init.kaiming_normal_(m.weight)`: torch's initializers already run under no_grad
         inert_args = all(computes_no_graph(facts, a) for a in call.args) and all(computes_no_graph(facts, k.value) for k in call.keywords)
         return inert_args and (facts.call_qualname(call) or "").startswith("torch.nn.init.")
     if isinstance(stmt, ast.Assert):
@@ -245,6 +249,116 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
         return integer_valued(facts, stmt.target) and integer_valued(facts, stmt.value)  # `ptr += n`
     return False
+
+
+# torch functions that are not tensor maths: they change or read the grad mode, differentiate, or
+# leave the process.
+_NOT_UPDATE_MATHS = re.compile(r"^torch\.(autograd|enable_grad|no_grad|inference_mode|set_grad_enabled|save|load|jit|compile)\b")
+_NOT_UPDATE_BUILTINS = frozenset("exec eval compile open input __import__ setattr delattr globals vars breakpoint".split())
+_GRAPH_METHODS = frozenset("backward requires_grad_ retain_grad register_hook".split())
+
+
+def updates_optimizer_state(facts, stmt: ast.stmt) -> bool:
+    """A simple statement of an optimizer's update loop
+    (:func:`~gradfix.analysis.vocabulary.parameter_update_loop`) that may run under ``no_grad``
+    with the same effect, by torch.optim's own convention (its ``step()`` runs the whole update
+    under ``no_grad``): it binds names, items (``state['step'] += 1``) or ``.data``, and calls
+    only torch functions (not ``torch.autograd``), methods of the tensors and state it works on
+    (not ``backward``, hooks, ``requires_grad_``), builtins and ``math``/``numpy``/``copy``
+    (a tensor's deepcopy does not depend on the grad mode), never a
+    function or method gradfix cannot see into (a ``closure()``, ``self._helper(p)``)."""
+    from gradfix.analysis.vocabulary import parameter_update_loop
+
+    if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Raise, ast.Assert)):
+        return False
+    if parameter_update_loop(facts, stmt) is None:
+        return False
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
+    if not all(_update_target(t) for target in targets for t in _target_leaves(target)):
+        return False
+    return update_maths(facts, stmt)
+
+
+def _update_target(target: ast.AST) -> bool:
+    return isinstance(target, (ast.Name, ast.Subscript)) or isinstance(target, ast.Attribute) and target.attr == "data"
+
+
+def update_maths(facts, node: ast.AST, seen: frozenset = frozenset()) -> bool:
+    """Every call in ``node`` is one an optimizer's update may run under ``no_grad`` (see
+    :func:`updates_optimizer_state`)."""
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
+            return False
+        if not isinstance(sub, ast.Call):
+            continue
+        func = sub.func
+        qual = facts.qualname(func) or ""
+        if _update_helper(facts, sub, seen):
+            continue
+        if qual:
+            if qual.startswith(("math.", "numpy.", "copy.")) or qual.startswith("torch.") and not _NOT_UPDATE_MATHS.match(qual):
+                continue
+            return False
+        if isinstance(func, ast.Name):
+            if is_builtin(facts, func.id, func) and func.id not in _NOT_UPDATE_BUILTINS and hasattr(builtins, func.id):
+                continue
+            return False
+        if not isinstance(func, ast.Attribute) or func.attr in _GRAPH_METHODS:
+            return False
+        root = func.value
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        if isinstance(root, ast.Name) and root.id == "self" and not _optimizer_state(func.value):
+            return False  # `self._helper(p)`, `self.base_optimizer.step()`: code gradfix does not see
+    return True
+
+
+def _update_helper(facts, call: ast.Call, seen: frozenset) -> bool:
+    """``call`` runs one def of this file (``self._rms(p.data)``, ``_matrix_power(m, -1)``)
+    whose body is itself update maths: it binds only names, items and ``.data``, and calls only
+    what :func:`update_maths` accepts (helpers of helpers too; a recursive one does not count)."""
+    from gradfix.analysis.calls import callee
+
+    target = callee(facts, call)
+    if target is None or target in seen:
+        return False
+    for node in ast.walk(target):
+        if node is not target and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            return False
+        if isinstance(node, (ast.Global, ast.Nonlocal, ast.Delete, ast.With, ast.AsyncWith, ast.Try, ast.Import, ast.ImportFrom)):
+            return False
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if not all(_update_target(t) for target_ in targets for t in _target_leaves(target_)):
+                return False
+    return all(update_maths(facts, stmt, seen | {target}) for stmt in target.body)
+
+
+def _optimizer_state(expr: ast.AST) -> bool:
+    """``self.state[p]`` and what is read from it."""
+    while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "state":
+            return isinstance(expr.value.value, ast.Name) and expr.value.value.id == "self"
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return False
+
+
+_CONTAINER_ADDS = frozenset("append appendleft extend insert add".split())
+
+
+def _stores_same_objects(facts, call: ast.Call) -> bool:
+    """``convs.append(m.weight.data)``: a container keeps the objects it is given, and
+    :func:`is_inert` arguments (names, attributes, constants) are the same objects under any
+    grad mode."""
+    func = call.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in _CONTAINER_ADDS
+        and not facts.qualname(func)
+        and is_inert(facts, func.value)
+        and all(is_inert(facts, a) and not isinstance(a, ast.Call) for a in call.args)
+        and not call.keywords
+    )
 
 
 def _sets_requires_grad(facts, targets, value) -> bool:
@@ -274,7 +388,8 @@ _INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 
 def integer_valued(facts, expr: ast.AST, seen: frozenset = frozenset()) -> bool:
     """``expr`` is surely a Python ``int``: an int literal, ``t.numel()``, ``t.dim()``,
-    ``t.size(i)``, ``t.shape[i]``, ``len(..)``, ``+ - * // %`` of those, or a local name every
+    ``t.size(i)``, ``t.shape[i]``, ``len(..)``, ``int(..)`` of what :func:`computes_no_graph`,
+    ``+ - * // %`` of those, or a local name every
     binding of which in its function is one (``ptr = 0`` ... ``ptr += num_w``: a weight loader's
     offset). Not a parameter (a caller may pass a tensor)."""
     if isinstance(expr, ast.Constant):
@@ -285,6 +400,8 @@ def integer_valued(facts, expr: ast.AST, seen: frozenset = frozenset()) -> bool:
         return isinstance(expr.op, (ast.USub, ast.UAdd)) and integer_valued(facts, expr.operand, seen)
     if isinstance(expr, ast.Call):
         func = expr.func
+        if isinstance(func, ast.Name) and func.id == "int":  # `int(np.prod(p.size()))`
+            return is_builtin(facts, "int", func) and all(computes_no_graph(facts, a) for a in expr.args)
         if isinstance(func, ast.Name):
             return func.id == "len" and is_builtin(facts, "len", func)
         if isinstance(func, ast.Attribute) and func.attr in _INT_METHODS:
@@ -331,6 +448,24 @@ def header_records_no_graph(facts, stmt: ast.stmt) -> bool:
     if isinstance(stmt, ast.For):
         return computes_no_graph(facts, stmt.iter) and all(isinstance(n, ast.Name) for n in _target_leaves(stmt.target))
     return False
+
+
+def header_updates_optimizer_state(facts, stmt: ast.stmt) -> bool:
+    """The header of an ``if``/``for``/``while`` in an optimizer's update loop (or that loop's
+    own header) that computes only update maths (:func:`update_maths`):
+    ``if torch.isfinite(grad).all():``, ``for p, buf in zip(group['params'], bufs):``."""
+    from gradfix.analysis.vocabulary import parameter_update_loop
+
+    if isinstance(stmt, (ast.If, ast.While)):
+        header = stmt.test
+    elif isinstance(stmt, ast.For):
+        if not all(isinstance(n, ast.Name) for n in _target_leaves(stmt.target)):
+            return False
+        header = stmt.iter
+    else:
+        return False
+    inside = parameter_update_loop(facts, stmt) is not None or isinstance(stmt, ast.For) and parameter_update_loop(facts, stmt.body[0]) is stmt
+    return inside and update_maths(facts, header)
 
 
 def _target_leaves(target: ast.AST) -> list[ast.AST]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from gradfix.facts import FileFacts
+from gradfix.facts import FileFacts, main_guard
 
 _ENTRY_NAME = re.compile(r"^(_?main(_\w+)?|\w+_main)$")
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
@@ -15,7 +15,7 @@ _CONFIGURATION = re.compile(r"^torch\.(backends\..*|(\w+\.)*(set_\w+|manual_seed
 
 
 def is_main_guard(facts: FileFacts, node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "__main__" in facts.segment(node.test) and "__name__" in facts.segment(node.test)
+    return isinstance(node, ast.If) and main_guard(node.test)
 
 
 def under_main_guard(facts: FileFacts, stmt: ast.stmt) -> bool:

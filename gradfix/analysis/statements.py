@@ -183,13 +183,18 @@ def wrap_in_no_grad(
     from gradfix.fixer import Edit
 
     stmts = [ctx.node_at(span, cst.BaseStatement) for span in spans]
-    body = [indented_deeper(transform(s) if transform else s) for s in stmts]
-    leading = stmts[0].leading_lines
-    body[0] = body[0].with_changes(leading_lines=())
-    header = ctx.statement(f"with {ctx.grad_api('no_grad')}():\n    pass\n")
-    block = header.body.with_changes(body=body, indent=own_indent(ctx, stmts[0]))
-    wrapper = header.with_changes(body=block, leading_lines=leading)
+    wrapper = grad_with(ctx, "no_grad", [transform(s) if transform else s for s in stmts], own_indent(ctx, stmts[0]))
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
+
+
+def grad_with(ctx, api: str, stmts: list[cst.BaseStatement], indent: str | None = None) -> cst.With:
+    """``with torch.<api>():`` around ``stmts`` (the first one's leading comments and blank
+    lines go above the ``with``)."""
+    body = [indented_deeper(s) for s in stmts]
+    body[0] = body[0].with_changes(leading_lines=())
+    header = ctx.statement(f"with {ctx.grad_api(api)}():\n    pass\n")
+    block = header.body.with_changes(body=body, indent=indent)
+    return header.with_changes(body=block, leading_lines=stmts[0].leading_lines)
 
 
 def own_indent(ctx, stmt: cst.BaseStatement) -> str | None:

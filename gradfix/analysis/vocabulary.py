@@ -94,6 +94,57 @@ def _calls_backward(facts: FileFacts, scope) -> bool:
     return any(facts.call_qualname(c) == "torch.autograd.backward" for c in facts.calls_in(scope))
 
 
+def parameter_update_loop(facts: FileFacts, node: ast.AST) -> ast.For | None:
+    """The outermost loop of an optimizer's update that holds ``node`` in its function: a
+    ``for`` over ``X.param_groups`` or over a group's ``['params']`` (``for group in
+    self.param_groups: for p in group['params']:``), the loops torch.optim runs under ``no_grad``."""
+    found = None
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (*FUNCTIONS, ast.Lambda, ast.ClassDef)):
+        if isinstance(parent, ast.For) and _iterates_parameter_groups(parent.iter):
+            found = parent
+        parent = facts.parents.get(parent)
+    return found
+
+
+def closure_evaluation(facts: FileFacts, func, stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statements of an optimizer's ``step(closure)`` that re-evaluate the loss: ``loss =
+    closure()`` (a call of a parameter of ``func``), alone or under ``if closure is not None:``.
+    They need grad mode (the closure calls ``backward()``): torch.optim's ``step()`` runs them
+    under ``torch.enable_grad()`` inside its ``@torch.no_grad()``. None: ``stmt`` is not one."""
+    if func is None or isinstance(func, ast.Lambda):
+        return None
+    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)} - {"self", "cls"}
+    if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body:
+        parts = [closure_evaluation(facts, func, s) for s in stmt.body]
+        test_names = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+        if all(parts) and test_names <= params and not any(isinstance(n, ast.Call) for n in ast.walk(stmt.test)):
+            return [s for part in parts for s in part]
+        return None
+    if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+        value = stmt.value
+    elif isinstance(stmt, ast.Expr):
+        value = stmt.value
+    else:
+        return None
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in params and not value.args and not value.keywords:
+        return [stmt]
+    return None
+
+
+def _iterates_parameter_groups(expr: ast.AST) -> bool:
+    """``self.param_groups``, ``group['params']``, and those under ``zip``/``enumerate``."""
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("zip", "enumerate"):
+        return any(_iterates_parameter_groups(a) for a in expr.args)
+    if isinstance(expr, ast.Attribute):
+        return expr.attr == "param_groups"
+    return (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.slice, ast.Constant)
+        and expr.slice.value == "params"
+    )
+
+
 def steps_optimizer(facts: FileFacts, scope) -> bool:
     return facts.memo(("steps_optimizer", scope), lambda: any(is_optimizer_step(c) for c in facts.calls_in(scope)))
 

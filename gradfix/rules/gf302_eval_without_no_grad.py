@@ -600,7 +600,8 @@ class EvalWithoutNoGrad(Rule):
                 return y
             """,
         ),
-        # Calls in a loop with work after it: one `with` around the loop, not one per statement.
+        # Calls in nested loops with work after them: one `with` around the outer loop (entered
+        # once), not one per statement or per epoch.
         Invalid(
             """
             import torch
@@ -619,8 +620,8 @@ class EvalWithoutNoGrad(Rule):
             def validate(net, loader, log):
                 net.eval()
                 hits = []
-                for epoch in range(2):
-                    with torch.no_grad():
+                with torch.no_grad():
+                    for epoch in range(2):
                         for x, y in loader:
                             out = net(x)
                             hits.append((out.argmax(1) == y).sum().item())

@@ -11,10 +11,13 @@ from gradfix.model import FixSafety
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
 from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data
-from gradfix.analysis.regions import header_records_no_graph, records_no_graph
+from gradfix.analysis.vocabulary import closure_evaluation
+from gradfix.analysis.regions import header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
 from gradfix.analysis.statements import (
     alone_on_its_lines,
+    body_without_docstring,
     decorate_with_no_grad,
+    grad_with,
     is_within,
     statement_block,
     torch_reachable,
@@ -267,7 +270,15 @@ class DataMutation(Rule):
     `tests/facts/test_gf304_facts.py`); consecutive
     loops like that share one `with`; and a function whose whole body would be wrapped (but a
     `return` of an argument) gets `@torch.no_grad()` instead, unless it is a generator or
-    coroutine. A loop that also runs a forward pass or a backward keeps them outside the block.
+    coroutine. Nested loops whose bodies hold nothing else share one `with` around the outer
+    loop. In an optimizer's update (the loops over `self.param_groups` and `group['params']`)
+    torch.optim's convention applies: the update's own maths (torch functions, methods of the
+    tensors and state it works on, `state['step'] += 1`, helpers of the file that do only
+    that) goes under `no_grad` with the writes, so `step()` is decorated and `loss =
+    closure()` runs under `torch.enable_grad()`, as torch.optim's `step()` does (the same
+    values and losses, pinned in `tests/facts/test_optimizer_update_facts.py`); a call gradfix
+    cannot see into (another module's helper, `self.base_optimizer.step()`) keeps the rest of
+    the update outside. A loop that also runs a forward pass or a backward keeps them outside the block.
     Inside the block, `.data` reads that are operands of the write go too (`p.copy_(q)` for
     `p.data.copy_(q.data)`: under `no_grad` the same values, and nothing recorded, pinned in
     `tests/facts/test_gf304_data_reads_facts.py`), but not one an in-place method is called
@@ -984,6 +995,48 @@ class DataMutation(Rule):
                     p.uniform_(-0.1, 0.1)
             """,
         ),
+        # A legacy optimizer's update: the whole update goes under `no_grad` (torch.optim's own
+        # `step()` is decorated) and the closure re-evaluating the loss keeps grad mode.
+        Invalid(
+            """
+            import torch
+
+            class SGDMomentum(torch.optim.Optimizer):
+                def step(self, closure=None):
+                    loss = None
+                    if closure is not None:
+                        loss = closure()
+                    for group in self.param_groups:
+                        for p in group["params"]:
+                            state = self.state[p]
+                            if "buf" not in state:
+                                state["buf"] = torch.zeros_like(p.data)
+                            buf = state["buf"]
+                            buf.mul_(group["momentum"]).add_(p.grad.data)
+                            p.data.add_(buf, alpha=-group["lr"])
+                    return loss
+            """,
+            """
+            import torch
+
+            class SGDMomentum(torch.optim.Optimizer):
+                @torch.no_grad()
+                def step(self, closure=None):
+                    loss = None
+                    if closure is not None:
+                        with torch.enable_grad():
+                            loss = closure()
+                    for group in self.param_groups:
+                        for p in group["params"]:
+                            state = self.state[p]
+                            if "buf" not in state:
+                                state["buf"] = torch.zeros_like(p.data)
+                            buf = state["buf"]
+                            buf.mul_(group["momentum"]).add_(p.grad.data)
+                            p.add_(buf, alpha=-group["lr"])
+                    return loss
+            """,
+        ),
     ]
 
     def check(self, facts):
@@ -1048,16 +1101,24 @@ class DataMutation(Rule):
                 facts,
                 func,
                 groups,
-                joins=lambda s: records_no_graph(facts, s),
-                header_ok=lambda s: header_records_no_graph(facts, s),
-                outside_ok=lambda before, after: all(records_no_graph(facts, s) or _returns_argument(func, s) for s in [*before, *after]),
+                joins=lambda s: records_no_graph(facts, s) or updates_optimizer_state(facts, s),
+                header_ok=lambda s: header_records_no_graph(facts, s) or header_updates_optimizer_state(facts, s),
+                outside_ok=lambda before, after: all(
+                    records_no_graph(facts, s) or closure_evaluation(facts, func, s) or _returns_unchanged(facts, func, s) for s in [*before, *after]
+                ),
                 private=True,
             )
             if plan.decorate and all(_grad_write(facts, s, a) for s, a in writes):
                 yield from (self._drop_grad_data(facts, s, a) for s, a in writes)
                 continue
             if plan.decorate:
-                yield self._finding(facts, writes, ("decorate", facts.span(func.body[0])), f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`")
+                # an optimizer's `loss = closure()` keeps grad mode, as in torch.optim's step()
+                kept = [k for s in body_without_docstring(func) for k in closure_evaluation(facts, func, s) or ()]
+                title = f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`"
+                if kept:
+                    title += "; the closure runs under `torch.enable_grad()`"
+                where = ("decorate", facts.span(func.body[0]), tuple(facts.span(k) for k in kept))
+                yield self._finding(facts, writes, where, title)
                 continue
             for run in plan.runs:
                 inside = [(s, a) for s, a in writes if any(is_within(facts, s, r) for r in run)]
@@ -1099,11 +1160,15 @@ class DataMutation(Rule):
         if mode == "drop":
             attr = ctx.node_at(where[0], cst.Attribute)
             return [Edit(attr, attr.value)]
-        span, attr_spans = where
-        drop = _drop_data({ctx.node_at(s, cst.Attribute) for s in attr_spans})
+        *span, attr_spans = where
+        targets = {ctx.node_at(s, cst.Attribute) for s in attr_spans}
         if mode == "decorate":
-            return decorate_with_no_grad(ctx, span, lambda s: s.visit(drop))
-        return wrap_in_no_grad(ctx, span, lambda s: s.visit(drop))
+            body_span, kept_spans = span
+            kept = {ctx.node_at(s, cst.BaseStatement): lambda stmt: grad_with(ctx, "enable_grad", [stmt]) for s in kept_spans}
+            rewrite = _rewrite(targets, kept)
+            return decorate_with_no_grad(ctx, body_span, lambda s: s.visit(rewrite))
+        rewrite = _rewrite(targets)
+        return wrap_in_no_grad(ctx, span[0], lambda s: s.visit(rewrite))
 
     @staticmethod
     def contract():
@@ -1160,31 +1225,43 @@ def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
             call = call.func.value
     elif isinstance(stmt, ast.AugAssign):
         operands.append(stmt.value)
-    else:
-        operands += [stmt.value, stmt.targets[0].slice]
+    else:  # `p.grad.data[mask] = 0`: an index is an integer or bool tensor, which cannot require grad
+        operands.append(stmt.value)
     return all(grad_free_operand(facts, e, owner_name) for e in operands)
 
 
-def _returns_argument(func, stmt: ast.stmt) -> bool:
-    """``return`` / ``return m`` of a parameter the function never rebinds (``init(m)`` hands the
-    module back): nothing computed under the decorator leaves through it."""
+def _returns_unchanged(facts, func, stmt: ast.stmt) -> bool:
+    """``return`` / ``return name`` of a value nothing under the decorator computes: a
+    parameter the function never rebinds (``init(m)`` hands the module back), or a name bound
+    only to constants and by a closure evaluation (``loss = None`` ... ``loss = closure()``)."""
     if not isinstance(stmt, ast.Return):
         return False
     if stmt.value is None:
         return True
     if not isinstance(stmt.value, ast.Name):
         return False
+    name = stmt.value.id
     params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
-    rebound = any(isinstance(n, ast.Name) and n.id == stmt.value.id and not isinstance(n.ctx, ast.Load) for n in ast.walk(func))
-    return stmt.value.id in params and not rebound
+    binders = [facts.parents.get(n) for n in ast.walk(func) if isinstance(n, ast.Name) and n.id == name and not isinstance(n.ctx, ast.Load)]
+    if name in params:
+        return not binders
+    return bool(binders) and all(
+        isinstance(b, ast.Assign) and (isinstance(b.value, ast.Constant) or closure_evaluation(facts, func, b)) for b in binders
+    )
 
 
-def _drop_data(targets):
-    """A transformer that rewrites ``X.data`` -> ``X`` for the given original ``Attribute`` nodes
-    (the class is built on first use: libcst loads lazily)."""
+def _rewrite(targets, wrap=None):
+    """A transformer that rewrites ``X.data`` -> ``X`` for the given original ``Attribute``
+    nodes and replaces each statement in ``wrap`` (original node -> builder) by what its builder
+    makes of it (the class is built on first use: libcst loads lazily)."""
+    wrap = wrap or {}
 
-    class DropData(cst.CSTTransformer):
+    class Rewrite(cst.CSTTransformer):
         def leave_Attribute(self, original_node, updated_node):
             return updated_node.value if original_node in targets else updated_node
 
-    return DropData()
+        def leave_SimpleStatementLine(self, original_node, updated_node):
+            build = wrap.get(original_node)
+            return build(updated_node) if build else updated_node
+
+    return Rewrite()
