@@ -192,8 +192,8 @@ def forward_target(facts: FileFacts, call: ast.Call) -> str | None:
 def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     """Dotted names the file trains or switches, each with the nodes that show it.
 
-    Evidence: `.train()` on the name, or a training scope (`.backward()`/optimizer step) that
-    calls it with grad enabled. The nodes let callers tell `self.model` of one class from another's.
+    Evidence: `.train()` on the name (not one that gives back a mode it saved), or a training
+    scope (`.backward()`/optimizer step) that calls it with grad enabled. The nodes let callers tell `self.model` of one class from another's.
     """
     return facts.memo(("module_mode.trained_evidence",), lambda: _trained_evidence(facts))
 
@@ -201,7 +201,8 @@ def trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
 def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     evidence: dict[str, list[ast.AST]] = {}
     for s in switches(facts):
-        if s.call.func.attr == "train" and _modeish(s):
+        # `if was_training: m.train()` gives the caller's mode back: it trains nothing
+        if s.call.func.attr == "train" and _modeish(s) and s.call not in _restoring_calls(facts, facts.function_of.get(s.call), s.receiver):
             evidence.setdefault(s.receiver, []).append(s.call)
     module_like = {m.receiver for m in facts.method_calls if m.method in MODULE_USES and m.receiver}
     module_like |= {s.receiver for s in switches(facts)}
@@ -1092,25 +1093,34 @@ def _evals_reaching_exit(facts: FileFacts, scope, receiver: str, mine: list[Swit
 def _restores_saved_mode(facts: FileFacts, scope, receiver: str) -> bool:
     """``scope`` binds a name to ``receiver.training`` and switches ``receiver`` back with it:
     ``receiver.train(name)``, or ``receiver.train()`` under ``if name:``."""
+    return bool(_restoring_calls(facts, scope, receiver))
+
+
+def _restoring_calls(facts: FileFacts, scope, receiver: str) -> list[ast.Call]:
+    """The ``receiver.train(..)`` calls of ``scope`` that give back a mode it saved (see
+    :func:`_restores_saved_mode`): they return the caller's mode, they train nothing."""
     saved = set()
     for stmt in facts.statements(scope):
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Attribute) and stmt.value.attr == "training":
             if dotted_name(stmt.value.value) == receiver:
                 saved |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
     if not saved:
-        return False
+        return []
+    found = []
     for call in own_calls(facts, scope):
         func = call.func
         if not (isinstance(func, ast.Attribute) and func.attr == "train" and dotted_name(func.value) == receiver):
             continue
         if call.args and isinstance(call.args[0], ast.Name) and call.args[0].id in saved:
-            return True
+            found.append(call)
+            continue
         parent = facts.parents.get(call)
         while parent is not None and parent is not scope:
             if isinstance(parent, ast.If) and isinstance(parent.test, ast.Name) and parent.test.id in saved:
-                return True
+                found.append(call)
+                break
             parent = facts.parents.get(parent)
-    return False
+    return found
 
 
 # -- what kind of module -----------------------------------------------------------------------

@@ -231,3 +231,34 @@ def test_an_import_under_the_main_guard_does_not_bind_torch_for_the_fix():
     assert fixed.startswith("import math\nimport torch.nn as nn\nimport torch\n")
     pytest.importorskip("torch")
     exec(compile(fixed, "<backbone>", "exec"), {"__name__": "backbone"})  # no NameError
+
+
+# An evaluation adapter that a harness of another package calls: `run` saves the mode, switches
+# to eval and gives the mode back; nothing in the file trains the model.
+HARNESS_ADAPTER = """\
+import torch
+
+
+class Adapter:
+    def __init__(self, model):
+        self.model = model
+
+    def score(self, batch):
+        with torch.no_grad():
+            return self.model(batch)
+
+    def run(self, harness):
+        was_training = self.model.training
+        self.model.eval()
+        results = harness.evaluate(self)
+        if was_training:
+            self.model.train()
+        return results
+"""
+
+
+def test_giving_a_saved_mode_back_is_no_evidence_that_the_file_trains_the_model():
+    settings = Settings(select=("GF104",))
+    assert [f.code for f in check(HARNESS_ADAPTER, settings=settings)] == []
+    trains = HARNESS_ADAPTER + "\n    def fit(self):\n        self.model.train()\n"
+    assert [(f.code, f.line) for f in check(trains, settings=settings)] == [("GF104", 10)]
