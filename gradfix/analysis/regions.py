@@ -286,6 +286,8 @@ def _update_target(target: ast.AST) -> bool:
 def update_maths(facts, node: ast.AST, seen: frozenset = frozenset()) -> bool:
     """Every call in ``node`` is one an optimizer's update may run under ``no_grad`` (see
     :func:`updates_optimizer_state`)."""
+    from gradfix.analysis.vocabulary import optimizer_state
+
     for sub in ast.walk(node):
         if isinstance(sub, (ast.Lambda, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
             return False
@@ -308,7 +310,7 @@ def update_maths(facts, node: ast.AST, seen: frozenset = frozenset()) -> bool:
         root = func.value
         while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
             root = root.func if isinstance(root, ast.Call) else root.value
-        if isinstance(root, ast.Name) and root.id == "self" and not _optimizer_state(func.value):
+        if isinstance(root, ast.Name) and root.id == "self" and not optimizer_state(facts, func.value):
             return False  # `self._helper(p)`, `self.base_optimizer.step()`: code gradfix does not see
     return True
 
@@ -332,15 +334,6 @@ def _update_helper(facts, call: ast.Call, seen: frozenset) -> bool:
             if not all(_update_target(t) for target_ in targets for t in _target_leaves(target_)):
                 return False
     return all(update_maths(facts, stmt, seen | {target}) for stmt in target.body)
-
-
-def _optimizer_state(expr: ast.AST) -> bool:
-    """``self.state[p]`` and what is read from it."""
-    while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
-        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "state":
-            return isinstance(expr.value.value, ast.Name) and expr.value.value.id == "self"
-        expr = expr.func if isinstance(expr, ast.Call) else expr.value
-    return False
 
 
 _CONTAINER_ADDS = frozenset("append appendleft extend insert add".split())

@@ -226,3 +226,31 @@ def manages_storage(facts: FileFacts, func) -> bool:
         return False
 
     return facts.memo(("tensor_data.manages_storage", id(func)), compute)
+
+
+_PARAMETER_CLASSES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def parameter_attributes(facts: FileFacts, cls: ast.ClassDef | None) -> frozenset[str]:
+    """Attributes that ``cls``'s methods bind to a parameter: ``self.mu_W =
+    nn.Parameter(...)`` or ``self.register_parameter("g", ...)``, whatever they are named."""
+    if cls is None:
+        return frozenset()
+
+    def compute():
+        found = set()
+        for node in ast.walk(cls):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and facts.call_qualname(node.value) in _PARAMETER_CLASSES:
+                found |= {t.attr for t in node.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "register_parameter"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                found.add(node.args[0].value)
+        return frozenset(found)
+
+    return facts.memo(("tensor_data.parameter_attributes", cls), compute)

@@ -132,6 +132,25 @@ def closure_evaluation(facts: FileFacts, func, stmt: ast.stmt) -> list[ast.stmt]
     return None
 
 
+def optimizer_state(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
+    """``expr`` is the optimizer's per-parameter state or read from it: ``self.state[p]``, a
+    method or item of it, or a name every assignment reaching it binds to one
+    (``slow = param_state["slow"]`` after ``param_state = self.state[p]``): tensors torch.optim
+    keeps without grad."""
+    from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
+
+    while isinstance(expr, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "state":
+            if isinstance(expr.value.value, ast.Name) and expr.value.value.id == "self":
+                return True
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    func = facts.function_of.get(expr)
+    if not isinstance(expr, ast.Name) or depth > 3 or not isinstance(func, FUNCTIONS):
+        return False
+    definitions = reaching_definitions(facts, func).reaching.get(expr) or {UNKNOWN}
+    return all(d is not UNKNOWN and d.kind == "assign" and optimizer_state(facts, d.value, depth + 1) for d in definitions)
+
+
 def _iterates_parameter_groups(expr: ast.AST) -> bool:
     """``self.param_groups``, ``group['params']``, and those under ``zip``/``enumerate``."""
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("zip", "enumerate"):

@@ -10,8 +10,8 @@ from gradfix.lazy import cst
 from gradfix.model import FixSafety
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
-from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data
-from gradfix.analysis.vocabulary import closure_evaluation
+from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data, parameter_attributes
+from gradfix.analysis.vocabulary import closure_evaluation, optimizer_state, owner_class
 from gradfix.analysis.regions import header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
 from gradfix.analysis.statements import (
     alone_on_its_lines,
@@ -122,6 +122,16 @@ def _written_data(facts, stmt: ast.stmt) -> ast.Attribute | None:
     return None
 
 
+def _own_parameter(facts, receiver: ast.expr) -> bool:
+    """``self.mu_W`` where the class binds ``self.mu_W = nn.Parameter(...)``."""
+    return (
+        isinstance(receiver, ast.Attribute)
+        and isinstance(receiver.value, ast.Name)
+        and receiver.value.id == "self"
+        and receiver.attr in parameter_attributes(facts, owner_class(facts, receiver))
+    )
+
+
 def _loop_over_parameters(facts, name: str, at: ast.AST) -> bool:
     """Whether ``name`` is bound by a ``for`` over something parameter-like in the same function."""
     func = facts.enclosing_function(at)
@@ -200,7 +210,8 @@ def _foreign_array(facts, receiver: ast.expr, at: ast.AST) -> bool:
 
 
 def _receiver_kind(facts, receiver: ast.expr) -> str:
-    """``param`` (fix it), ``unknown`` (report only) or ``other`` (stay silent)."""
+    """``param`` (fix it: a parameter, buffer, gradient or the optimizer's state),
+    ``unknown`` (report only) or ``other`` (stay silent)."""
     name = _last_name(receiver)
     if name is None:
         return "unknown"
@@ -209,6 +220,8 @@ def _receiver_kind(facts, receiver: ast.expr) -> str:
     if PARAMETER_NAME.search(name):
         if isinstance(receiver, ast.Name) and _computed_local(facts, name, receiver):
             return "unknown"
+        return "param"
+    if _own_parameter(facts, receiver) or optimizer_state(facts, receiver):
         return "param"
     if _NOT_A_TENSOR.search(name):
         return "other"

@@ -262,3 +262,50 @@ def test_giving_a_saved_mode_back_is_no_evidence_that_the_file_trains_the_model(
     assert [f.code for f in check(HARNESS_ADAPTER, settings=settings)] == []
     trains = HARNESS_ADAPTER + "\n    def fit(self):\n        self.model.train()\n"
     assert [(f.code, f.line) for f in check(trains, settings=settings)] == [("GF104", 10)]
+
+
+def test_an_attribute_the_class_binds_to_a_parameter_is_fixed_whatever_its_name():
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+
+
+        class NoisyLinear(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.mu_W = nn.Parameter(torch.empty(n, n))
+                self.register_parameter("sigma_g", nn.Parameter(torch.empty(n)))
+                self.mu_bias = nn.Parameter(torch.empty(n))
+
+            def reset(self, bound):
+                self.mu_W.data.uniform_(-bound, bound)
+                self.sigma_g.data.fill_(0.5)
+                self.mu_bias.data.uniform_(-bound, bound)
+        """
+    )
+    assert all(f.fix_title for f in check(source, settings=GF304))
+    fixed = _fix(source)
+    assert "    @torch.no_grad()\n    def reset(self, bound):\n        self.mu_W.uniform_(-bound, bound)\n        self.sigma_g.fill_(0.5)\n" in fixed
+
+
+def test_a_write_to_the_optimizers_state_is_fixed_with_the_parameters():
+    source = textwrap.dedent(
+        """\
+        import torch
+
+
+        class Lookahead(torch.optim.Optimizer):
+            def _update(self, group):
+                for fast in group["params"]:
+                    param_state = self.state[fast]
+                    if "slow" not in param_state:
+                        param_state["slow"] = torch.clone(fast.data).detach()
+                    slow = param_state["slow"]
+                    fast.data.mul_(0.5).add_(slow, alpha=0.5)
+                    slow.data.copy_(fast)
+        """
+    )
+    fixed = _fix(source)
+    assert "    @torch.no_grad()\n    def _update(self, group):" in fixed
+    assert "            fast.mul_(0.5).add_(slow, alpha=0.5)\n            slow.copy_(fast)\n" in fixed
