@@ -357,6 +357,26 @@ class FileFacts:
 
         return self.memo(("facts.grad_api_alias", api), compute)
 
+    def module_alias(self, target: str) -> str | None:
+        """The name a module-level import binds to the module ``target`` (``nn`` after ``from
+        torch import nn`` or ``import torch.nn as nn`` for ``torch.nn``; ``init`` after ``from
+        torch.nn import init``), or None."""
+
+        def compute():
+            parent, _, last = target.rpartition(".")
+            for stmt in _module_level(self.tree.body):
+                if isinstance(stmt, ast.Import):
+                    for alias in stmt.names:
+                        if alias.name == target and alias.asname:
+                            return alias.asname
+                elif isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module == parent:
+                    for alias in stmt.names:
+                        if alias.name == last:
+                            return alias.asname or last
+            return None
+
+        return self.memo(("facts.module_alias", target), compute)
+
     def torch_name_writable(self) -> bool:
         """Whether a fix may write ``torch.X`` here: the module imports torch as a module, or
         nothing at module level is named ``torch`` (so ``import torch`` can be added)."""

@@ -359,13 +359,13 @@ def _two_cells_of_writes():
     ]
 
 
-def test_consecutive_writes_in_two_cells_get_one_block_per_cell(tmp_path, capsys, monkeypatch):
+def test_consecutive_writes_in_two_cells_are_fixed_cell_by_cell(tmp_path, capsys, monkeypatch):
     path = tmp_path / "nb.ipynb"
     write_notebook(path, _two_cells_of_writes())
     code, out, err = run_cli(["--apply", "--unsafe-fixes", "--select", "GF304,GF101", "nb.ipynb"], capsys, monkeypatch, tmp_path)
     assert _sources(path)[1:] == [
-        "# zero the biases\nwith torch.no_grad():\n    model.bias.fill_(0)",
-        "with torch.no_grad():\n    model.weight.normal_(std=0.01)",
+        "# zero the biases\ntorch.nn.init.constant_(model.bias, 0)",
+        "torch.nn.init.normal_(model.weight, std=0.01)",
         "with torch.no_grad():\n    y = model(torch.ones(2))\n",
     ]
 

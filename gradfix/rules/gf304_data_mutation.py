@@ -122,6 +122,41 @@ def _written_data(facts, stmt: ast.stmt) -> ast.Attribute | None:
     return None
 
 
+# In-place initialisers and the torch.nn.init function that runs the same call under `no_grad`
+# (method -> (init function, the most positional arguments, the keywords it shares); pinned in
+# tests/facts/test_gf304_init_facts.py).
+_INIT_FUNCTIONS = {
+    "normal_": ("normal_", 2, {"mean", "std", "generator"}),
+    "uniform_": ("uniform_", 2, {"generator"}),
+    "fill_": ("constant_", 1, set()),
+    "zero_": ("zeros_", 0, set()),
+}
+
+
+def _init_call(facts, run, inside) -> tuple[str, str | None] | None:
+    """For a ``with`` that would hold one statement, ``w.data.normal_(0, 0.02)`` (an in-place
+    initialiser called on the ``.data`` itself, its result unused): the ``torch.nn.init``
+    function to call instead and the prefix to write it with (the file's ``nn``/``init``
+    import; None: ``torch.nn.init`` through torch's own name)."""
+    if len(run) != 1 or len(inside) != 1 or inside[0][0] is not run[0] or not isinstance(run[0], ast.Expr):
+        return None
+    stmt, attr = inside[0]
+    call = stmt.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.value is attr):
+        return None
+    found = _INIT_FUNCTIONS.get(call.func.attr)
+    if found is None:
+        return None
+    function, most, keywords = found
+    if any(isinstance(a, ast.Starred) for a in call.args) or len(call.args) > most or any(k.arg not in keywords for k in call.keywords):
+        return None
+    for target, suffix in (("torch.nn.init", ""), ("torch.nn", ".init")):
+        alias = facts.module_alias(target)
+        if alias is not None and facts.resolve_name(alias, stmt) == target:
+            return function, alias + suffix
+    return (function, None) if torch_reachable(facts, stmt) and facts.torch_name_writable() else None
+
+
 def _own_parameter(facts, receiver: ast.expr) -> bool:
     """``self.mu_W`` where the class binds ``self.mu_W = nn.Parameter(...)``."""
     return (
@@ -283,7 +318,11 @@ class DataMutation(Rule):
     `tests/facts/test_gf304_facts.py`); consecutive
     loops like that share one `with`; and a function whose whole body would be wrapped (but a
     `return` of an argument) gets `@torch.no_grad()` instead, unless it is a generator or
-    coroutine. Nested loops whose bodies hold nothing else share one `with` around the outer
+    coroutine. A lone initialiser that would get a `with` of its own (`w.data.normal_(0,
+    0.02)` between layer constructions) becomes the `torch.nn.init` function that runs it under
+    `no_grad` (`nn.init.normal_(w, 0, 0.02)`; `uniform_`, `fill_` -> `constant_`, `zero_` ->
+    `zeros_`: the same values, pinned in `tests/facts/test_gf304_init_facts.py`), written with
+    the file's own `nn`/`init` import. Nested loops whose bodies hold nothing else share one `with` around the outer
     loop. In an optimizer's update (the loops over `self.param_groups` and `group['params']`)
     torch.optim's convention applies: the update's own maths (torch functions, methods of the
     tensors and state it works on, `state['step'] += 1`, helpers of the file that do only
@@ -712,7 +751,7 @@ class DataMutation(Rule):
             def init(model):
                 for m in model.modules():
                     ref = m.weight * 2
-                    m.weight.data.normal_(0, 1)
+                    m.weight.data.mul_(0.5)
                 return ref
             """,
             """
@@ -721,7 +760,7 @@ class DataMutation(Rule):
                 for m in model.modules():
                     ref = m.weight * 2
                     with torch.no_grad():
-                        m.weight.normal_(0, 1)
+                        m.weight.mul_(0.5)
                 return ref
             """,
         ),
@@ -751,7 +790,7 @@ class DataMutation(Rule):
             import torch
             def reset(params):
                 for p in params:
-                    p.data.zero_()
+                    p.data.mul_(0.9)
                     yield p
             """,
             """
@@ -759,7 +798,7 @@ class DataMutation(Rule):
             def reset(params):
                 for p in params:
                     with torch.no_grad():
-                        p.zero_()
+                        p.mul_(0.9)
                     yield p
             """,
         ),
@@ -1050,6 +1089,35 @@ class DataMutation(Rule):
                     return loss
             """,
         ),
+        # A lone initialiser between layer constructions: torch.nn.init's own function, which
+        # runs under `no_grad` (the same values), not a `with` per statement.
+        Invalid(
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 8)
+                    self.fc.weight.data.normal_(0, 0.1)
+                    self.out = nn.Linear(8, 2)
+                    self.out.bias.data.zero_()
+            """,
+            """
+            import torch
+            from torch import nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 8)
+                    nn.init.normal_(self.fc.weight, 0, 0.1)
+                    self.out = nn.Linear(8, 2)
+                    nn.init.zeros_(self.out.bias)
+            """,
+            count=2,
+        ),
     ]
 
     def check(self, facts):
@@ -1138,6 +1206,12 @@ class DataMutation(Rule):
                 if all(_grad_write(facts, s, a) for s, a in inside):  # `p.grad.zero_()`: no `with`
                     yield from (self._drop_grad_data(facts, s, a) for s, a in inside)
                     continue
+                init = _init_call(facts, run, inside)
+                if init is not None:  # a lone `w.data.normal_(0, 0.02)`: torch.nn.init's own form
+                    function, prefix = init
+                    title = f"Use `torch.nn.init.{function}` (it runs under `no_grad`) instead of `.data`"
+                    yield self._finding(facts, inside, ("init", facts.span(run[0]), function, prefix), title)
+                    continue
                 where = "the loop" if isinstance(run[0], (ast.For, ast.While)) and len(run) == 1 else "the writes"
                 title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"
                 yield self._finding(facts, inside, ("wrap", tuple(facts.span(s) for s in run)), title)
@@ -1173,6 +1247,17 @@ class DataMutation(Rule):
         if mode == "drop":
             attr = ctx.node_at(where[0], cst.Attribute)
             return [Edit(attr, attr.value)]
+        if mode == "init":
+            span, function, prefix, _ = where
+            stmt = ctx.node_at(span, cst.SimpleStatementLine)
+            expr = stmt.body[0]
+            call = expr.value
+            tensor = call.func.value.value  # `w` of `w.data.normal_`
+            init = prefix or f"{ctx.torch_name()}.nn.init"
+            new_call = call.with_changes(func=ctx.expr(f"{init}.{function}"), args=[cst.Arg(tensor), *call.args])
+            if call.args:  # `normal_(0, 0.02)` -> `normal_(w, 0, 0.02)`: a comma after the tensor
+                new_call = new_call.with_changes(args=[cst.Arg(tensor, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args])
+            return [Edit(call, new_call)]
         *span, attr_spans = where
         targets = {ctx.node_at(s, cst.Attribute) for s in attr_spans}
         if mode == "decorate":

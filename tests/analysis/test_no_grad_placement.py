@@ -200,11 +200,11 @@ def test_an_elif_is_never_wrapped_on_its_own():
             for m in model.modules():
                 if isinstance(m, torch.nn.Conv2d):
                     n = m.kernel_size[0]
-                    m.weight.data.normal_(0, 1.0 / n)
+                    m.weight.data.mul_(1.0 / n)
                 elif isinstance(m, torch.nn.BatchNorm2d):
-                    m.weight.data.fill_(1)
+                    m.weight.data.add_(1)
                 elif isinstance(m, torch.nn.Linear):
-                    m.bias.data.zero_()
+                    m.bias.data.sub_(1)
             log(n)
         """,
         "GF304",
@@ -319,9 +319,9 @@ def test_gf304_statements_that_are_not_neutral_still_split_the_with(between):
         f"""
         import torch
         def f(layer, loss, k, total, n):
-            layer.weight.data.zero_()
+            layer.weight.data.mul_(0.5)
             {between}
-            layer.bias.data.zero_()
+            layer.bias.data.add_(1.0)
             return b if False else (total, n)
         """,
         "GF304",

@@ -309,3 +309,51 @@ def test_a_write_to_the_optimizers_state_is_fixed_with_the_parameters():
     fixed = _fix(source)
     assert "    @torch.no_grad()\n    def _update(self, group):" in fixed
     assert "            fast.mul_(0.5).add_(slow, alpha=0.5)\n            slow.copy_(fast)\n" in fixed
+
+
+INIT_BETWEEN_LAYERS = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, n_in, n_out):
+        super().__init__()
+        self.fc1 = nn.Linear(n_in, 50)
+        self.fc1.weight.data.normal_(0, 0.1)  # small init
+        self.out = nn.Linear(50, n_out)
+        self.out.bias.data.fill_(0.5)
+        self.out.weight.data.uniform_(-0.1, 0.1)
+        self.head = nn.Linear(50, 1)
+        self.head.bias.data.zero_()
+"""
+
+
+def test_a_lone_initialiser_between_layers_becomes_the_init_function():
+    fixed = _fix(INIT_BETWEEN_LAYERS)
+    assert fixed.count("no_grad") == 1  # two consecutive writes share one `with`
+    assert "        nn.init.normal_(self.fc1.weight, 0, 0.1)  # small init\n" in fixed
+    assert "        with torch.no_grad():\n            self.out.bias.fill_(0.5)\n            self.out.weight.uniform_(-0.1, 0.1)\n" in fixed
+    assert "        nn.init.zeros_(self.head.bias)\n" in fixed
+
+
+@pytest.mark.parametrize(
+    "imports, prefix",
+    [
+        ("import torch\nfrom torch.nn import init\n", "init."),
+        ("import torch\nimport torch.nn as tnn\n", "tnn.init."),
+        ("import torch\n", "torch.nn.init."),
+        ("import torch as T\n", "T.nn.init."),
+    ],
+)
+def test_the_init_function_is_written_with_the_files_own_names(imports, prefix):
+    source = imports + "\n\ndef reset(layer, std, x):\n    layer.weight.data.normal_(std=std)\n    return layer(x)\n"
+    fixed = _fix(source)
+    assert f"    {prefix}normal_(layer.weight, std=std)\n" in fixed
+
+
+def test_a_chained_initialiser_keeps_the_with_and_a_shadowed_nn_is_not_written():
+    chained = "import torch\n\n\ndef reset(w):\n    w.data.normal_(0, 1).clamp_(-2, 2)\n    return w * 2\n"
+    assert "with torch.no_grad():\n        w.normal_(0, 1).clamp_(-2, 2)" in _fix(chained)
+    shadowed = "import torch\nfrom torch import nn\n\n\ndef reset(w, nn):\n    w.data.zero_()\n    return nn(w)\n"
+    assert "    torch.nn.init.zeros_(w)\n" in _fix(shadowed)  # `nn` is the parameter there
