@@ -17,12 +17,14 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Four samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+Five samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
 corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
 REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
 ``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
-``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``) and ``--sample 4`` (round 6, a
-fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``).
+``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``), ``--sample 4`` (round 6, a
+fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``) and
+``--sample 5`` (round 7, a fifth: under ``# Round 7``, ``verdicts7.tsv``, ``/work/corpus5``,
+``/work/precision-out-r7``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -49,9 +51,10 @@ SAMPLES = {
     2: (HERE / "verdicts4.tsv", Path("/work/corpus2"), Path("/work/precision-out-r4")),
     3: (HERE / "verdicts5.tsv", Path("/work/corpus3"), Path("/work/precision-out-r5")),
     4: (HERE / "verdicts6.tsv", Path("/work/corpus4"), Path("/work/precision-out-r6")),
+    5: (HERE / "verdicts7.tsv", Path("/work/corpus5"), Path("/work/precision-out-r7")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
-SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4}
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...

@@ -316,12 +316,16 @@ class ReachingDefinitions:
 def _evaluated(node: ast.AST) -> list[ast.AST]:
     """Names and walrus expressions that evaluating ``node`` reads, in source order, not
     inside lambdas, nested scopes or comprehensions (their reads happen later, or in a scope
-    of their own: the rules treat a read there as the value escaping)."""
+    of their own: the rules treat a read there as the value escaping), but for the iterable of
+    a comprehension's first ``for``, which Python evaluates at once, in the enclosing scope."""
     out: list[ast.AST] = []
     todo = [node]
     while todo:
         current = todo.pop()
-        if isinstance(current, (*_SCOPES, *_COMPREHENSIONS)):
+        if isinstance(current, _COMPREHENSIONS):
+            todo.append(current.generators[0].iter)
+            continue
+        if isinstance(current, _SCOPES):
             continue
         if isinstance(current, (ast.Name, ast.NamedExpr)):
             out.append(current)  # a walrus: its value is read by the caller, then it binds
@@ -513,6 +517,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
     if isinstance(node, (ast.Tuple, ast.List)) and node.elts:
         parts = [_origin(facts, e, seen, depth + 1, conv) for e in node.elts]
         return _combine(parts)
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1:
+        return _origin(facts, node.elt, seen, depth + 1, conv)  # `[d.cuda() for d in data]`: its elements'
     return _computed(facts, node, seen, depth, conv)
 
 
@@ -582,6 +588,10 @@ def _variable_result(facts, call: ast.Call, seen, depth, conv=None) -> Origin | 
 
 
 def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None:
+    iterated = _comprehension_source(facts, name)
+    if iterated is not None:  # `[Variable(d) for d in batch]`: an element of what it iterates
+        # the elements are the iterated objects: whoever holds those holds them
+        return _origin(facts, iterated, seen, depth + 1, conv)
     func = facts.function_of.get(name)
     if isinstance(func, ast.Lambda):
         return None
@@ -602,6 +612,27 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
         return None
     line = min(getattr(d.node, "lineno", 0) for d in definitions)
     return Origin(found.kind, name, line)
+
+
+def _comprehension_source(facts, name: ast.Name) -> ast.expr | None:
+    """What a comprehension iterates when ``name`` is its own target there (``d`` in ``[f(d)
+    for d in data]``, a plain name target, one generator); None otherwise."""
+    node = facts.parents.get(name)
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            targets = [g for g in node.generators if isinstance(g.target, ast.Name) and g.target.id == name.id]
+            if targets:
+                return targets[0].iter if len(node.generators) == 1 and not _within(facts, name, targets[0].iter) else None
+        node = facts.parents.get(node)
+    return None
+
+
+def _within(facts, node: ast.AST, root: ast.AST) -> bool:
+    while node is not None:
+        if node is root:
+            return True
+        node = facts.parents.get(node)
+    return False
 
 
 def _definition_origin(facts, flow, definition: Definition, seen, depth, conv=None) -> Origin | None:
@@ -637,18 +668,29 @@ def _combine(parts: list[Origin | None]) -> Origin | None:
     return parts[0]
 
 
-def loader_iterable(facts: FileFacts, expr: ast.AST) -> bool:
-    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``."""
+def loader_iterable(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
+    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``, and
+    a wrapper handed a loader first (``IteratorTimer(loader)``, ``prefetch(loader, n)``), and a
+    name every assignment reaching it binds to one of those."""
     if isinstance(expr, ast.Call):
         if (facts.qualname(expr.func) or "").endswith("DataLoader"):
             return True
         func = expr.func
         called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
         if called in _LOADER_WRAPPERS:
-            return any(loader_iterable(facts, a) for a in expr.args)
+            return any(loader_iterable(facts, a, depth + 1) for a in expr.args)
+        if expr.args and not isinstance(expr.args[0], ast.Starred) and loader_iterable(facts, expr.args[0], depth + 1):
+            return True
         expr = expr.func  # get_loader(), self.train_loader()
     name = dotted_name(expr)
-    return name is not None and bool(LOADER_NAME.search(name.rpartition(".")[2]))
+    if name is not None and LOADER_NAME.search(name.rpartition(".")[2]):
+        return True
+    # `progress = tqdm(loader, ...)` ... `for batch in progress`: every binding is a loader
+    func = facts.function_of.get(expr)
+    if not isinstance(expr, ast.Name) or depth > 3 or isinstance(func, ast.Lambda):
+        return False
+    definitions = reaching_definitions(facts, func).reaching.get(expr) or {UNKNOWN}
+    return all(d is not UNKNOWN and d.kind == "assign" and loader_iterable(facts, d.value, depth + 1) for d in definitions)
 
 
 # -- may the object stand for its detached alias -----------------------------------------------------

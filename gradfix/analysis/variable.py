@@ -92,7 +92,8 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
     receiver = receiver_text(facts, data)
     wanted_flag = "" if literal is True else flag_text(facts, flag) if flag is not None else ""
     if not exact and flag is None and _detached_at_once(facts, found.call):
-        # `Variable(h).detach()`, `Variable(h.data).detach()`: the `.detach()` already makes the alias
+        # `Variable(h).detach()`, `Variable(h.data).detach()`, `Variable(h).data`: what follows
+        # already makes the alias
         of_data = isinstance(data, ast.Attribute) and data.attr == "data"
         text = receiver_text(facts, data.value if of_data else data)
         return Rewrite("drop_data" if of_data else "drop", text, FixSafety.SAFE, data, f"`{text}`, detached right after")
@@ -581,9 +582,14 @@ def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
 
 
 def _detached_at_once(facts, call: ast.Call) -> bool:
-    """``call`` is the receiver of a ``.detach()`` call: ``Variable(x).detach()``."""
+    """``call`` is the receiver of a ``.detach()`` call or a ``.data`` read:
+    ``Variable(x).detach()``, ``Variable(x).data`` (both a detached alias of ``x`` already)."""
     attribute = facts.parents.get(call)
-    if not (isinstance(attribute, ast.Attribute) and attribute.attr == "detach" and attribute.value is call):
+    if not (isinstance(attribute, ast.Attribute) and attribute.value is call):
+        return False
+    if attribute.attr == "data":
+        return isinstance(attribute.ctx, ast.Load)
+    if attribute.attr != "detach":
         return False
     outer = facts.parents.get(attribute)
     return isinstance(outer, ast.Call) and outer.func is attribute and not outer.args and not outer.keywords

@@ -357,3 +357,41 @@ def test_a_chained_initialiser_keeps_the_with_and_a_shadowed_nn_is_not_written()
     assert "with torch.no_grad():\n        w.normal_(0, 1).clamp_(-2, 2)" in _fix(chained)
     shadowed = "import torch\nfrom torch import nn\n\n\ndef reset(w, nn):\n    w.data.zero_()\n    return nn(w)\n"
     assert "    torch.nn.init.zeros_(w)\n" in _fix(shadowed)  # `nn` is the parameter there
+
+
+GF402 = Settings(select=("GF402",), unsafe_fixes=True)
+
+
+def test_the_data_of_a_variable_drops_the_wrapper():
+    source = "from torch.autograd import Variable\n\n\ndef weights(self):\n    return Variable(self.random_weights).data\n"
+    fixed = fix(source, settings=GF402)
+    assert "    return self.random_weights.data\n" in fixed and "Variable" not in fixed
+
+
+# Batches from a loader wrapped by a progress bar and a timer, bound to a name first, and
+# unwrapped element by element.
+WRAPPED_LOADER = """\
+from torch.autograd import Variable
+from tqdm import tqdm
+
+
+def train(model, data_loader, tools, cuda):
+    progress = tqdm(tools.IteratorTimer(data_loader), ncols=100)
+    for batch_idx, (data, target) in enumerate(progress):
+        if cuda:
+            data = [d.cuda(non_blocking=True) for d in data]
+        data, target = [Variable(d) for d in data], [Variable(t) for t in target]
+        model(data, target)
+"""
+
+
+def test_elements_of_a_wrapped_loaders_batch_drop_the_wrapper():
+    findings = check(WRAPPED_LOADER, settings=GF402)
+    assert [f.fix_title for f in findings] == ["Drop the wrapper: `d` (assumes the batch needs no grad)", "Drop the wrapper: `t` (assumes the batch needs no grad)"]
+    fixed = fix(WRAPPED_LOADER, settings=GF402)
+    assert "        data, target = [d for d in data], [t for t in target]\n" in fixed
+
+
+def test_elements_of_a_fresh_list_read_again_keep_the_alias():
+    source = "import torch\nfrom torch.autograd import Variable\n\n\ndef f(n):\n    xs = [torch.zeros(n), torch.ones(n)]\n    ys = [Variable(x) for x in xs]\n    return xs, ys\n"
+    assert "ys = [x.detach() for x in xs]" in fix(source, settings=GF402)

@@ -229,6 +229,14 @@ def test_variable_of_data_equals_detach():
     assert not old.requires_grad and not new.requires_grad and old.is_leaf and new.is_leaf
 
 
+def test_the_data_of_a_variable_is_the_data_of_its_argument():
+    # `Variable(h).data` -> `h.data`: each is a new detached alias of `h`'s storage.
+    _, h = _graph_tensor()
+    old, new = Variable(h).data, h.data
+    assert torch.equal(old, new) and old.data_ptr() == new.data_ptr() == h.data_ptr()
+    assert old is not h and new is not h and not old.requires_grad and not new.requires_grad
+
+
 def test_dropping_the_wrapper_of_a_fresh_tensor_changes_nothing_but_identity():
     v, t = Variable(torch.arange(3.0)), torch.arange(3.0)
     for attr in ("dtype", "device", "shape", "requires_grad", "is_leaf", "grad_fn"):
