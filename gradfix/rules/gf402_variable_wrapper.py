@@ -57,6 +57,8 @@ class VariableWrapper(Rule):
       safe, the wrapper goes. Only the object identity differs, and nothing else can hold
       the fresh object;
     - `Variable(h.data)`: safe, `h.detach()` (same storage, no graph, as before);
+      `Variable(h).detach()` and `Variable(h).data`: safe, the wrapper goes (what follows it
+      already makes the detached alias);
     - `Variable(<constructor>(...), requires_grad=flag)`: safe, `<constructor>(...,
       requires_grad=flag)` where the constructor takes it, else `<fresh>.requires_grad_(flag)`;
     - a local name is followed to the assignments that may reach the call (one provenance
@@ -69,8 +71,10 @@ class VariableWrapper(Rule):
       rebinds it, is fine: the line then goes). A parameter, a global, a name rebound on some
       path by anything else (`x = enc(x)` in a branch, the next loop iteration, a `try`
       body), `model.init_hidden()` or any unknown call stays `x.detach()`;
-    - a name a `for` loop takes from a data loader (`for data, target in train_loader:`),
-      directly or through assignments (`inputs, labels = batch`, `data = data.cuda()`):
+    - a name a `for` loop takes from a data loader (`for data, target in train_loader:`,
+      also through `tqdm(..)`/`enumerate(..)`, any wrapper handed the loader first and a name
+      bound to one), directly, through assignments (`inputs, labels = batch`, `data =
+      data.cuda()`) or as the element of a comprehension over it (`[Variable(d) for d in data]`):
       **unsafe**, the wrapper goes on the assumption that the batch needs no grad (a custom
       collate could hand out tensors that do); a line that would then read `data, target =
       data, target` is removed (one-line, without a comment above it, not alone in its
