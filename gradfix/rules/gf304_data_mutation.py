@@ -138,9 +138,14 @@ def _init_call(facts, run, inside) -> tuple[str, str | None] | None:
     initialiser called on the ``.data`` itself, its result unused): the ``torch.nn.init``
     function to call instead and the prefix to write it with (the file's ``nn``/``init``
     import; None: ``torch.nn.init`` through torch's own name)."""
-    if len(run) != 1 or len(inside) != 1 or inside[0][0] is not run[0] or not isinstance(run[0], ast.Expr):
+    if len(run) != 1 or len(inside) != 1:
         return None
     stmt, attr = inside[0]
+    lone = run[0]
+    while isinstance(lone, ast.If) and not lone.orelse and len(lone.body) == 1:
+        lone = lone.body[0]  # `if init_bias: b.data.fill_(0)`: the `if` needs no block either
+    if lone is not stmt or not isinstance(stmt, ast.Expr):
+        return None
     call = stmt.value
     if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.value is attr):
         return None
@@ -1210,7 +1215,7 @@ class DataMutation(Rule):
                 if init is not None:  # a lone `w.data.normal_(0, 0.02)`: torch.nn.init's own form
                     function, prefix = init
                     title = f"Use `torch.nn.init.{function}` (it runs under `no_grad`) instead of `.data`"
-                    yield self._finding(facts, inside, ("init", facts.span(run[0]), function, prefix), title)
+                    yield self._finding(facts, inside, ("init", facts.span(inside[0][0]), function, prefix), title)
                     continue
                 where = "the loop" if isinstance(run[0], (ast.For, ast.While)) and len(run) == 1 else "the writes"
                 title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"

@@ -395,3 +395,23 @@ def test_elements_of_a_wrapped_loaders_batch_drop_the_wrapper():
 def test_elements_of_a_fresh_list_read_again_keep_the_alias():
     source = "import torch\nfrom torch.autograd import Variable\n\n\ndef f(n):\n    xs = [torch.zeros(n), torch.ones(n)]\n    ys = [Variable(x) for x in xs]\n    return xs, ys\n"
     assert "ys = [x.detach() for x in xs]" in fix(source, settings=GF402)
+
+
+def test_a_lone_initialiser_under_an_if_becomes_the_init_function_inside_it():
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+
+
+        class Constrained(nn.Module):
+            def __init__(self, module, zero_bias, lr_mul):
+                super().__init__()
+                self.module = module
+                if zero_bias:
+                    self.module.bias.data.fill_(0)
+                self.scale = lr_mul * 2
+        """
+    )
+    fixed = _fix(source)
+    assert "        if zero_bias:\n            nn.init.constant_(self.module.bias, 0)\n" in fixed and "no_grad" not in fixed
