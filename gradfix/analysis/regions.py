@@ -258,6 +258,19 @@ _NOT_UPDATE_BUILTINS = frozenset("exec eval compile open input __import__ setatt
 _GRAPH_METHODS = frozenset("backward requires_grad_ retain_grad register_hook".split())
 
 
+def _torch_maths(qual: str) -> bool:
+    """A torch function or class that neither changes the grad mode, differentiates, saves,
+    loads nor compiles."""
+    return qual.startswith("torch.") and not _NOT_UPDATE_MATHS.match(qual)
+
+
+def tensor_function(qual: str) -> bool:
+    """``qual`` names a torch function that computes on tensors (``torch.cat``,
+    ``torch.nn.functional.softmax``): :func:`_torch_maths`, and not a class (``torch.nn.Linear``:
+    building a module)."""
+    return _torch_maths(qual) and not qual.rpartition(".")[2][:1].isupper()
+
+
 def updates_optimizer_state(facts, stmt: ast.stmt) -> bool:
     """A simple statement of an optimizer's update loop
     (:func:`~gradfix.analysis.vocabulary.parameter_update_loop`) that may run under ``no_grad``
@@ -298,7 +311,7 @@ def update_maths(facts, node: ast.AST, seen: frozenset = frozenset()) -> bool:
         if _update_helper(facts, sub, seen):
             continue
         if qual:
-            if qual.startswith(("math.", "numpy.", "copy.")) or qual.startswith("torch.") and not _NOT_UPDATE_MATHS.match(qual):
+            if qual.startswith(("math.", "numpy.", "copy.")) or _torch_maths(qual):
                 continue
             return False
         if isinstance(func, ast.Name):

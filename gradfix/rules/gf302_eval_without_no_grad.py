@@ -10,7 +10,7 @@ from gradfix.lazy import cst
 from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.module_mode import evaluated_at, switches as mode_switches
-from gradfix.analysis.regions import records_no_graph
+from gradfix.analysis.regions import records_no_graph, tensor_function
 from gradfix.analysis.statements import (
     can_wrap,
     decorate_with_no_grad,
@@ -49,8 +49,9 @@ def _split_at_unrelated(facts: FileFacts, run: Sequence[ast.stmt], calls: Sequen
     """``run`` cut into the groups of statements that each ``with`` should hold.
 
     Statements between the forward calls stay inside when they only post-process the
-    outputs (``z = z.round()``: simple statements whose calls are methods of names bound in
-    the group, or no calls at all); anything else (saving a checkpoint, building another
+    outputs (``z = z.round()``, ``prompts = torch.cat((prompts, z))``: simple statements whose
+    calls are methods of names bound in the group or torch's tensor functions, or no calls at
+    all); anything else (saving a checkpoint, building another
     model, a ``try``) is left outside, so only the forward calls and their glue run without
     grad. Leading and trailing statements without calls are dropped."""
     holds = [any(is_within(facts, c, stmt) for c in calls) for stmt in run]
@@ -69,7 +70,7 @@ def _split_at_unrelated(facts: FileFacts, run: Sequence[ast.stmt], calls: Sequen
             pending = []
             bound |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
             continue
-        if current and pending is not None and _is_glue(stmt, bound):
+        if current and pending is not None and _is_glue(facts, stmt, bound):
             pending.append(stmt)
             bound |= {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         else:
@@ -116,11 +117,13 @@ def _sets_up(stmt: ast.stmt) -> bool:
     return False
 
 
-def _is_glue(stmt: ast.stmt, bound: set[str]) -> bool:
+def _is_glue(facts: FileFacts, stmt: ast.stmt, bound: set[str]) -> bool:
     if not isinstance(stmt, _SIMPLE):
         return False
     for node in ast.walk(stmt):
         if isinstance(node, ast.Call):
+            if tensor_function(facts.qualname(node.func) or ""):
+                continue
             callee = node.func
             while isinstance(callee, (ast.Attribute, ast.Subscript)):
                 callee = callee.value

@@ -415,3 +415,44 @@ def test_a_lone_initialiser_under_an_if_becomes_the_init_function_inside_it():
     )
     fixed = _fix(source)
     assert "        if zero_bias:\n            nn.init.constant_(self.module.bias, 0)\n" in fixed and "no_grad" not in fixed
+
+
+def test_a_forward_glued_to_the_next_by_torch_functions_gets_one_with():
+    # a cache check: one forward, its output post-processed by torch functions, two more
+    # forwards. The glue computes only on the outputs, so one block holds all three.
+    source = textwrap.dedent("""\
+        import torch
+        import torch.nn.functional as F
+
+        def check_cache(model, prompts):
+            model.eval()
+            logits, cache = model(prompts)
+            picked = logits[:, -1].argmax(dim=-1, keepdim=True)
+            prompts = torch.cat((prompts, picked), dim=-1)
+            probs = F.softmax(logits, dim=-1)
+            full = model(prompts)
+            cached = model(prompts, cache=cache)
+            assert torch.allclose(full, cached)
+            print(probs.max())
+        """)
+    settings = Settings(select=("GF302",), unsafe_fixes=True)
+    fixed = fix(source, settings=settings)
+    assert fixed.count("with torch.no_grad():") == 1
+    assert "    with torch.no_grad():\n        logits, cache = model(prompts)\n" in fixed
+    assert "        cached = model(prompts, cache=cache)\n    assert" in fixed
+    assert fix(fixed, settings=settings) == fixed
+
+
+def test_building_a_module_between_forwards_is_no_glue():
+    source = textwrap.dedent("""\
+        import torch
+
+        def compare(model, x):
+            model.eval()
+            a = model(x)
+            head = torch.nn.Linear(4, 4)
+            b = model(x)
+            assert torch.equal(a, b), head
+        """)
+    fixed = fix(source, settings=Settings(select=("GF302",), unsafe_fixes=True))
+    assert fixed.count("with torch.no_grad():") == 2
