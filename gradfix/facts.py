@@ -126,6 +126,7 @@ class FileFacts:
         self.withs: list[ast.With | ast.AsyncWith] = []
         self.functions: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
         self._by_kind: dict[type, list[ast.AST]] = {kind: [] for kind in _INDEXED}
+        self.declared_global: set[str] = set()  # names some `global` statement of the file declares
         #: The :class:`~gradfix.analysis.project.ProjectIndex` of the run, or None (one file).
         self.project = project
         self._memo: dict[Any, Any] = {}
@@ -253,6 +254,8 @@ class FileFacts:
                         scope.locals.add(node.name)
                 elif tag == _GLOBAL:
                     scope.globals.update(node.names)
+                    if kind is ast.Global:
+                        self.declared_global.update(node.names)
             for name in fields:
                 value = getattr(node, name, None)
                 if type(value) is list:

@@ -85,7 +85,7 @@ def unbound(facts: FileFacts, name: ast.Name) -> bool:
     """The module-level read ``name`` raises NameError: no path to it binds the name (no
     assignment, import, def, loop or ``with`` target before it), it is no builtin, no function
     declares it ``global`` and no ``from m import *`` could bind it."""
-    if facts.function_of.get(name) is not None or name.id in _BUILTINS or name.id in _declared_global(facts):
+    if facts.function_of.get(name) is not None or name.id in _BUILTINS or name.id in facts.declared_global:
         return False
     if facts.memo(("calls.star_import",), lambda: any(
         isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(facts.tree)
@@ -141,7 +141,7 @@ def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
         found = _binding(frozenset(definitions))
     else:  # a class body, a comprehension: any of the module's bindings
         found = _local_bindings(facts, None, name.id)
-    if name.id in _declared_global(facts):
+    if name.id in facts.declared_global:
         found = Binding(found.defs, True)  # a function may rebind it
     return found
 
@@ -214,13 +214,6 @@ def _classes(facts: FileFacts) -> list[ast.ClassDef]:
     return facts.memo(("calls.classes",), lambda: [n for n in facts.function_of if isinstance(n, ast.ClassDef)])
 
 
-def _declared_global(facts: FileFacts) -> frozenset[str]:
-    def compute():
-        return frozenset(n for node in ast.walk(facts.tree) if isinstance(node, ast.Global) for n in node.names)
-
-    return facts.memo(("calls.declared_global",), compute)
-
-
 def _callers(facts: FileFacts) -> dict:
     def compute():
         out: dict = {}
@@ -249,7 +242,7 @@ def _dead(facts: FileFacts) -> frozenset:
         if f not in left
         and facts.function_of.get(f) is None
         and owner_class(facts, f) is None
-        and f.name not in _declared_global(facts)
+        and f.name not in facts.declared_global
     ]
     if not candidates:
         return frozenset()

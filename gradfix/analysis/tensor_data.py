@@ -66,8 +66,18 @@ def plain_data_classes(facts: FileFacts) -> frozenset[str]:
     """Names of the classes this file defines at module level that hold their own ``.data``."""
 
     def compute():
+        # only a class holding some `x.data = ..` can (the assignments are indexed; classes
+        # are not walked for nothing)
+        holders = set()
+        for kind in (ast.Assign, ast.AnnAssign):
+            for n in facts.nodes_of(kind):
+                if any(isinstance(t, ast.Attribute) and t.attr == "data" for t in (n.targets if kind is ast.Assign else [n.target])):
+                    node = n
+                    while node in facts.parents and facts.parents[node] is not facts.tree:
+                        node = facts.parents[node]
+                    holders.add(node)
         return frozenset(
-            n.name for n in facts.tree.body if isinstance(n, ast.ClassDef) and _plain_data_class(n, facts.qualname)
+            n.name for n in facts.tree.body if n in holders and isinstance(n, ast.ClassDef) and _plain_data_class(n, facts.qualname)
         )
 
     return facts.memo(("tensor_data.plain_classes",), compute)

@@ -292,7 +292,7 @@ class DataIndexZero(Rule):
     name = "data-index-zero"
     summary = "`loss.data[0]` raises IndexError on 0-dim tensors: use `loss.item()`"
     fix_safety = FixSafety.SAFE
-    triggers = ("data",)
+    triggers = (".data",)  # `<loss>.data[0]`: an attribute, as GF304's
     uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [

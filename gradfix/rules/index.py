@@ -20,6 +20,6 @@ ENTRIES = (
     RuleEntry(code='GF304', module='gf304_data_mutation', triggers=('.data',), default_enabled=True, uses_project=True),
     RuleEntry(code='GF401', module='gf401_variable_volatile', triggers=('Variable',), default_enabled=True, uses_project=False),
     RuleEntry(code='GF402', module='gf402_variable_wrapper', triggers=('Variable',), default_enabled=True, uses_project=False),
-    RuleEntry(code='GF403', module='gf403_data_index_zero', triggers=('data',), default_enabled=True, uses_project=True),
+    RuleEntry(code='GF403', module='gf403_data_index_zero', triggers=('.data',), default_enabled=True, uses_project=True),
     RuleEntry(code='GF404', module='gf404_variable_type_check', triggers=('Variable',), default_enabled=True, uses_project=False),
 )
