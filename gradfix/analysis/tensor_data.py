@@ -10,7 +10,11 @@ stops. Three facts say a ``.data`` is not known to be torch's:
 - the receiver is built by such a *plain data class*, defined in the file or (with a project
   index) in another project module (:func:`plain_data_classes`);
 - the file defines a plain data class and the receiver is a bare name that nothing ties to torch
-  (a parameter, a loop over ``n.parameters()``): as likely that class's object as a tensor.
+  (a parameter, a loop over ``n.parameters()``): as likely that class's object as a tensor;
+- the receiver belongs to another array or graph library (:func:`foreign_object`): its root name
+  is built by a call into it (``g = dgl.heterograph(..)``; ``g.nodes[t].data`` is DGL's feature
+  mapping) or handed to one of its functions (``sparse.isspmatrix(lap)``: a SciPy matrix, whose
+  ``.data`` is its own values).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
 from gradfix.facts import FileFacts
 
 _TORCH_TENSOR_BASES = ("torch.",)
+# Libraries whose objects have a ``.data`` of their own (a feature mapping, a values array, a
+# buffer). NumPy is left out of "handed to": ``np.testing``/``np.asarray`` take tensors too.
+_FOREIGN_LIBRARIES = ("dgl.", "scipy.", "pandas.", "networkx.", "numpy.", "cupy.", "jax.", "tensorflow.")
 
 
 def torch_absent(facts: FileFacts) -> bool:
@@ -156,7 +163,7 @@ def _tied_to_torch(facts: FileFacts, definition) -> bool:
 def may_be_torch_data(facts: FileFacts, receiver: ast.expr) -> bool:
     """Whether ``receiver.data`` may be a torch tensor's ``.data`` (see the module docstring).
     ``False`` means it is surely or as likely an ordinary attribute: say nothing about it."""
-    if torch_absent(facts):
+    if torch_absent(facts) or foreign_object(facts, receiver):
         return False
     root = receiver
     while isinstance(root, ast.Subscript):
@@ -173,6 +180,31 @@ def may_be_torch_data(facts: FileFacts, receiver: ast.expr) -> bool:
         # `n.b.data` where some `X.b = Value(..)` in the file: that attribute holds plain objects.
         return root.attr not in _plain_attributes(facts)
     return True
+
+
+def foreign_object(facts: FileFacts, receiver: ast.expr) -> bool:
+    """Whether ``receiver`` (through its attributes and subscripts: ``g.nodes[t]``) is rooted in a
+    name that every reaching definition binds to a call into another array or graph library
+    (``dgl.heterograph(..)``, ``sp.csr_matrix(..)``), or that is handed to such a library's
+    function in the same function (NumPy excepted: its functions take tensors too)."""
+    root = receiver
+    while isinstance(root, (ast.Attribute, ast.Subscript)):
+        root = root.value
+    if not isinstance(root, ast.Name):
+        return False
+    definitions = _definitions(facts, root)
+    if definitions and all(d.kind == "assign" and _foreign_call(facts, d.value) for d in definitions):
+        return True
+    for call in facts.calls_in(facts.enclosing_function(receiver)):
+        if any(isinstance(a, ast.Name) and a.id == root.id for a in call.args):
+            qualname = facts.call_qualname(call) or ""
+            if qualname.startswith(_FOREIGN_LIBRARIES) and not qualname.startswith("numpy."):
+                return True
+    return False
+
+
+def _foreign_call(facts: FileFacts, value: ast.AST) -> bool:
+    return isinstance(value, ast.Call) and (facts.call_qualname(value) or "").startswith(_FOREIGN_LIBRARIES)
 
 
 def _plain_attributes(facts: FileFacts) -> frozenset[str]:

@@ -232,30 +232,13 @@ def _mapping_key(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
     return False
 
 
-def _foreign_array(facts, receiver: ast.expr, at: ast.AST) -> bool:
-    """Whether the receiver's root name is handed to a ``scipy`` function in the same function
-    (``sparse.isspmatrix(lap)``): a SciPy sparse matrix, whose ``.data`` is its own values, not
-    autograd's alias. (NumPy functions do not count: ``np.testing`` takes tensors too.)"""
-    root = receiver
-    while isinstance(root, (ast.Attribute, ast.Subscript)):
-        root = root.value
-    if not isinstance(root, ast.Name):
-        return False
-    for call in facts.calls_in(facts.enclosing_function(at)):
-        if any(isinstance(a, ast.Name) and a.id == root.id for a in call.args):
-            qualname = facts.call_qualname(call) or ""
-            if qualname.startswith("scipy."):
-                return True
-    return False
-
-
 def _receiver_kind(facts, receiver: ast.expr) -> str:
     """``param`` (fix it: a parameter, buffer, gradient or the optimizer's state),
     ``unknown`` (report only) or ``other`` (stay silent)."""
     name = _last_name(receiver)
     if name is None:
         return "unknown"
-    if _foreign_array(facts, receiver, receiver) or not may_be_torch_data(facts, receiver):
+    if not may_be_torch_data(facts, receiver):
         return "other"
     if PARAMETER_NAME.search(name):
         if isinstance(receiver, ast.Name) and _computed_local(facts, name, receiver):
@@ -453,6 +436,16 @@ class DataMutation(Rule):
             def to_graph(g, store):
                 for attr, value in store.items():
                     g.nodes['paper'].data[attr] = value
+            """
+        ),
+        Valid(
+            """
+            import dgl, torch
+            def to_graph(edges, files, feats):
+                g = dgl.heterograph(edges)
+                for key in files:
+                    for ntype in feats[key]:
+                        g.nodes[ntype].data[key[5:]] = torch.from_numpy(feats[key][ntype])
             """
         ),
         # A SciPy sparse matrix: `.data` is its own values.
