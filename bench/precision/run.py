@@ -17,14 +17,15 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Five samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+Six samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
 corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
 REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
 ``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
 ``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``), ``--sample 4`` (round 6, a
-fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``) and
+fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``),
 ``--sample 5`` (round 7, a fifth: under ``# Round 7``, ``verdicts7.tsv``, ``/work/corpus5``,
-``/work/precision-out-r7``).
+``/work/precision-out-r7``) and ``--sample 6`` (round 8, a sixth: under ``# Round 8``,
+``verdicts8.tsv``, ``/work/corpus6``, ``/work/precision-out-r8``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -52,9 +53,10 @@ SAMPLES = {
     3: (HERE / "verdicts5.tsv", Path("/work/corpus3"), Path("/work/precision-out-r5")),
     4: (HERE / "verdicts6.tsv", Path("/work/corpus4"), Path("/work/precision-out-r6")),
     5: (HERE / "verdicts7.tsv", Path("/work/corpus5"), Path("/work/precision-out-r7")),
+    6: (HERE / "verdicts8.tsv", Path("/work/corpus6"), Path("/work/precision-out-r8")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
-SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5}
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
@@ -321,8 +323,7 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sample", type=int, choices=sorted(SAMPLES), default=1,
-                    help="1: rounds 1-3 (verdicts.tsv); 2: round 4 (verdicts4.tsv); "
-                         "3: round 5 (verdicts5.tsv)")
+                    help="1: rounds 1-3 (verdicts.tsv); N = 2..6: round N + 2 (verdictsN+2.tsv)")
     ap.add_argument("--corpus", type=Path, default=None,
                     help="folder holding one checkout per repository, named owner+name "
                          "(default: $CORPUS, else the sample's corpus)")
