@@ -60,10 +60,16 @@ NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor
 # Methods that keep a tensor that needs no grad that way (conversions, views, in-place fills).
 KEEPING_METHODS = frozenset(
     "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
-    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory".split()
+    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory "
+    # the other tensor lends only its shape or type
+    "expand_as view_as reshape_as type_as".split()
 )
-# Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``).
-LOADER_NAME = re.compile(r"loader|_iter$|^iter_|batches$", re.IGNORECASE)
+# Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``, a
+# split's data or dataset handed in as a parameter: ``train_data``, ``valid_set``, ``test_ds``).
+LOADER_NAME = re.compile(
+    r"loader|_iter$|^iter_|batches$|^(train|val|valid|validation|test|eval)_?(data|set|dataset|ds)$|^dataset$",
+    re.IGNORECASE,
+)
 _LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
 
 FRESH, DATA, DETACHED, COMPUTED, BATCH = "fresh", "data", "detached", "computed", "batch"
@@ -519,6 +525,15 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         return _combine(parts)
     if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1:
         return _origin(facts, node.elt, seen, depth + 1, conv)  # `[d.cuda() for d in data]`: its elements'
+    if isinstance(node, ast.IfExp):  # `x.cuda() if cuda else x`: one of the branches itself
+        branches = [b for b in (node.body, node.orelse) if not _constant(b)]
+        if branches:
+            return _combine([_origin(facts, b, seen, depth + 1, conv) for b in branches])
+    if (  # `next(train_iter)`: a batch drawn by hand
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next"
+        and node.args and facts.resolve_name("next", node) is None and loader_iterable(facts, node.args[0])
+    ):
+        return Origin(BATCH)
     return _computed(facts, node, seen, depth, conv)
 
 
@@ -682,6 +697,11 @@ def loader_iterable(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
         if expr.args and not isinstance(expr.args[0], ast.Starred) and loader_iterable(facts, expr.args[0], depth + 1):
             return True
         expr = expr.func  # get_loader(), self.train_loader()
+    if isinstance(expr, ast.Subscript):  # `dataloaders[phase]`, `kwargs['train_data']`
+        key = expr.slice
+        if isinstance(key, ast.Constant) and isinstance(key.value, str) and LOADER_NAME.search(key.value):
+            return True
+        return depth <= 3 and loader_iterable(facts, expr.value, depth + 1)
     name = dotted_name(expr)
     if name is not None and LOADER_NAME.search(name.rpartition(".")[2]):
         return True

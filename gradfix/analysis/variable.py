@@ -20,7 +20,7 @@ from typing import Iterator
 from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
-from gradfix.analysis.statements import statement_block
+from gradfix.analysis.statements import crosses_notebook_cell, statement_block
 from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.model import FixSafety
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
@@ -455,9 +455,12 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         block = getattr(*where) if where else []
         if all(s in found.values() for s in block):
             found = {c: s for c, s in found.items() if s not in block}
-    # Blank lines above a removed statement move to the first statement after it that stays
-    # (one run of removed lines at a time); a comment above it says what the line does, so the
-    # line stays (as the exact alias), and so does one with no statement after it to take them.
+    # Blank lines and comments above a removed statement move to the first statement after it
+    # that stays (one run of removed lines at a time): a comment there is as often the section's
+    # heading (`# build the model`) as the line's own. One that speaks of the wrapper (`# wrap
+    # the batch in Variables`) is the line's own and keeps it, as the exact alias; so does a
+    # line with no statement after it in its block (or its notebook cell) to take them, and one
+    # whose heir holds another wrapper to fix.
     going = set(found.values())
     heirs: dict[ast.stmt, ast.stmt | None] = {}
     for stmt in going:
@@ -465,18 +468,34 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         if above is None:
             heirs[stmt] = None
             continue
-        if above == "comment":
-            continue
+        if above == "comment" and _WRAPPER_COMMENT.search(_comment_above(facts, stmt)):
+            continue  # `# wrap them in Variable`: the line's own comment, it would mislead below
         where = statement_block(facts, stmt)
         block = getattr(*where) if where else []
         i = block.index(stmt) + 1
         while i < len(block) and block[i] in going and _lines_above(facts, block[i]) is None:
             i += 1
         heir = block[i] if i < len(block) else None
-        if heir is not None and heir not in going and not getattr(heir, "decorator_list", None):
+        # the heir's edit (its new leading lines) must not overlap the fix of a call inside it
+        if (heir is not None and heir not in going and not getattr(heir, "decorator_list", None)
+                and not crosses_notebook_cell(facts, stmt, heir)
+                and not any(n in plans for n in ast.walk(heir))):
             heirs[stmt] = heir
     removed = {c: (s, heirs[s]) for c, s in found.items() if s in heirs}
     return removed, candidates - set(removed)
+
+
+_WRAPPER_COMMENT = re.compile(r"variable|wrap", re.IGNORECASE)
+
+
+def _comment_above(facts, stmt: ast.stmt) -> str:
+    """The comment lines right above ``stmt`` (blank lines between them skipped), joined."""
+    found, line = [], stmt.lineno - 1
+    while line >= 1 and (not (text := facts.line_text(line).strip()) or text.startswith("#")):
+        if text.startswith("#") and not text.startswith("# gradfix-notebook-cell "):
+            found.append(text)
+        line -= 1
+    return "\n".join(found)
 
 
 def _lines_above(facts, stmt: ast.stmt) -> str | None:

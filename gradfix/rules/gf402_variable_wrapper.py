@@ -77,8 +77,9 @@ class VariableWrapper(Rule):
       data.cuda()`) or as the element of a comprehension over it (`[Variable(d) for d in data]`):
       **unsafe**, the wrapper goes on the assumption that the batch needs no grad (a custom
       collate could hand out tensors that do); a line that would then read `data, target =
-      data, target` is removed (one-line, without a comment above it, not alone in its
-      block; blank lines above it stay), and one that must stay becomes `data = data.detach()`;
+      data, target` is removed (one-line, no comment on the line, not alone in its block;
+      blank lines and comments above it stay, above the next statement of its block or
+      notebook cell), and one that must stay becomes `data = data.detach()`;
     - anything else: safe, `x.detach()` (`x.detach().requires_grad_(flag)`), exactly what
       `Variable` returns today. Non-atomic arguments are parenthesized.
     With `style = "exact"` (option of GF402) every call becomes `x.detach()`

@@ -1,0 +1,248 @@
+"""Wrong and awkward findings of the round-8 precision sample (bench/precision/verdicts8.tsv,
+sample 6), one fixture per shape, written for these tests (the shapes seen in real code, not
+copied from it)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+from gradfix import Settings, check, fix
+from gradfix.cli import main
+
+GF304 = Settings(select=("GF304",), unsafe_fixes=True)
+GF402 = Settings(select=("GF402",), unsafe_fixes=True)
+
+
+def _fix(source: str, settings: Settings) -> str:
+    fixed = fix(source, settings=settings)
+    compile(fixed, "<fixed>", "exec")
+    assert fix(fixed, settings=settings) == fixed  # idempotent
+    return fixed
+
+
+def test_a_graph_librarys_feature_mapping_is_not_a_tensors_data():
+    # DGL: `g.nodes[t].data` is the node-feature mapping; a computed key proves nothing, the
+    # graph built by `dgl.heterograph(..)` does.
+    source = textwrap.dedent(
+        """\
+        import dgl, torch
+        def load(edges, files, feats):
+            g = dgl.heterograph(edges)
+            for key in files:
+                for ntype in feats[key]:
+                    g.nodes[ntype].data[key[5:]] = torch.from_numpy(feats[key][ntype])
+            return g
+        """
+    )
+    assert check(source, "io.py", GF304) == []
+
+
+def test_a_tensor_next_to_a_graph_is_still_reported():
+    source = textwrap.dedent(
+        """\
+        import dgl, torch
+        def load(edges, w):
+            g = dgl.graph(edges)
+            w.data[0] = 1.0
+            return g
+        """
+    )
+    assert [f.code for f in check(source, "io.py", GF304)] == ["GF304"]
+
+
+SECTION = """\
+import torch
+from torch.autograd import Variable
+
+x = torch.zeros(3)
+
+# build the model
+x = Variable(x)
+
+def model(v):
+    return v * 2
+"""
+
+
+def test_a_comment_above_a_dropped_self_assignment_stays_above_the_next_statement():
+    fixed = _fix(SECTION, GF402)
+    assert "Variable" not in fixed and "detach" not in fixed
+    assert "# build the model\n\ndef model(v):" in fixed
+
+
+def test_a_comment_above_the_last_statement_of_a_block_keeps_the_alias():
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        def run(loader, net):
+            for data, target in loader:
+                # wrap the batch
+                data, target = Variable(data), Variable(target)
+        """
+    )
+    fixed = _fix(source, GF402)
+    assert "# wrap the batch\n        data, target = data.detach(), target.detach()" in fixed
+
+
+def _notebook(path, sources):
+    cells = [
+        {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": s}
+        for i, s in enumerate(sources)
+    ]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+
+
+def _apply(path, monkeypatch, capsys):
+    monkeypatch.chdir(path.parent)
+    try:
+        main(["--apply", "--unsafe-fixes", "--select", "GF402", "--no-cache", path.name])
+    except SystemExit:
+        pass
+    capsys.readouterr()
+    return [c["source"] for c in json.loads(path.read_text())["cells"]]
+
+
+def test_in_a_notebook_the_comment_moves_within_its_cell(tmp_path, monkeypatch, capsys):
+    nb = tmp_path / "demo.ipynb"
+    _notebook(nb, [
+        "import torch\nfrom torch.autograd import Variable",
+        "x = torch.zeros(3)",
+        "# build the model\nx = Variable(x)\ny = x * 2",
+    ])
+    cells = _apply(nb, monkeypatch, capsys)
+    assert cells[2] == "# build the model\ny = x * 2"
+
+
+def test_a_cell_holding_only_the_self_assignment_keeps_the_alias(tmp_path, monkeypatch, capsys):
+    nb = tmp_path / "demo.ipynb"
+    _notebook(nb, [
+        "import torch\nfrom torch.autograd import Variable",
+        "x = torch.zeros(3)",
+        "# wrap it\nx = Variable(x)",
+        "y = x * 2",
+    ])
+    cells = _apply(nb, monkeypatch, capsys)
+    assert cells[2] == "# wrap it\nx = x.detach()" and cells[3] == "y = x * 2"
+
+
+def test_batches_of_a_splits_data_handed_in_need_no_detach():
+    # A 2017 book's `train(net, train_data, valid_data, ...)`: the batches of a split's data.
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        def train(net, train_data, valid_data, optimizer, criterion):
+            for im, label in train_data:
+                im = Variable(im.cuda())
+                label = Variable(label.cuda())
+                loss = criterion(net(im), label)
+            for im, label in valid_data:
+                im = Variable(im)
+                print(net(im))
+        """
+    )
+    fixed = _fix(source, GF402)
+    assert "im = im.cuda()" in fixed and "label = label.cuda()" in fixed and ".detach()" not in fixed
+
+
+def test_a_conditional_move_a_drawn_batch_and_a_shape_lender_keep_the_origin():
+    # `x.cuda() if cuda else x` is one of its branches; `next(loader_iter)` draws a batch;
+    # `expand_as(real)` takes only `real`'s shape.
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        def demo(model, a, cuda):
+            image = torch.from_numpy(a).float()
+            image = image.cuda() if cuda else image
+            return model(Variable(image))
+
+        def train(model, loader_iter, real, n):
+            data, target = next(loader_iter)
+            data = Variable(data)
+            alpha = torch.rand(n, 1).expand_as(real)
+            x = Variable(alpha * real.data, requires_grad=True)
+            return model(data, x, target)
+        """
+    )
+    fixed = _fix(source, GF402)
+    assert "return model(image)" in fixed and "data = " not in fixed.split("next(loader_iter)")[1]
+    assert "x = (alpha * real.data).requires_grad_()" in fixed and ".detach()" not in fixed
+
+
+def test_a_branch_that_may_carry_a_graph_keeps_the_detach():
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        def f(model, a, h, reset):
+            image = torch.zeros(3) if reset else h
+            return model(Variable(image))
+        """
+    )
+    assert "image.detach()" in _fix(source, GF402)
+
+
+MASKED_CONV = """\
+import torch
+from torch import nn
+
+class MaskedConv(nn.Module):
+    def __init__(self, mask):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 1, 3, padding=1)
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        self.conv.weight.data *= self.mask
+        return self.conv(x)
+"""
+
+
+def test_a_data_write_in_forward_is_reported_without_a_fix():
+    findings = check(MASKED_CONV, "masked.py", GF304)
+    assert [f.code for f in findings] == ["GF304"] and findings[0].fix is None
+
+
+def test_why_the_forward_write_keeps_its_data():
+    # The fact behind the refusal: the same conv applied twice in one graph; the `.data` write
+    # bypasses the version check, the no_grad form trips it on backward.
+    torch = __import__("pytest").importorskip("torch")
+    namespace: dict = {}
+    exec(MASKED_CONV, namespace)
+    m = namespace["MaskedConv"](torch.ones(1, 1, 3, 3))
+    x = torch.randn(1, 1, 4, 4)
+    m(m(x)).sum().backward()  # works with .data
+    fixed = MASKED_CONV.replace(
+        "        self.conv.weight.data *= self.mask\n",
+        "        with torch.no_grad():\n            self.conv.weight *= self.mask\n",
+    )
+    namespace = {}
+    exec(fixed, namespace)
+    m = namespace["MaskedConv"](torch.ones(1, 1, 3, 3))
+    with __import__("pytest").raises(RuntimeError, match="inplace operation"):
+        m(m(x)).sum().backward()
+
+
+def test_batches_of_a_loader_picked_from_a_mapping_need_no_detach():
+    source = textwrap.dedent(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        def train(net, dataloader, kwargs, phase):
+            for x, y in dataloader[phase]:
+                x = Variable(x)
+                net(x, y)
+            for x, y in kwargs['train_data']:
+                x = Variable(x)
+                net(x, y)
+        """
+    )
+    assert ".detach()" not in _fix(source, GF402)
