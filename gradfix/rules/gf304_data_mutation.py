@@ -232,6 +232,20 @@ def _mapping_key(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
     return False
 
 
+_FORWARD_REASON = (
+    "written in `forward`, between uses of the tensor by one graph: without `.data` the write "
+    "bumps its version and backward through an earlier use raises"
+)
+
+
+def _in_forward(facts, func) -> bool:
+    """A module's ``forward`` (or ``__call__``): what it writes in place may already be saved
+    for backward by an earlier call in the same graph (a masked conv applied twice)."""
+    return isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name in ("forward", "__call__") and isinstance(
+        facts.parents.get(func), ast.ClassDef
+    )
+
+
 def _receiver_kind(facts, receiver: ast.expr) -> str:
     """``param`` (fix it: a parameter, buffer, gradient or the optimizer's state),
     ``unknown`` (report only) or ``other`` (stay silent)."""
@@ -335,9 +349,12 @@ class DataMutation(Rule):
     `param`, `weight`, `bias`, `grad`, `p`, `w`, or a loop over `.parameters()`) are fixed;
     a bare name assigned from some other computation in the same function (`p =
     F.softmax(x)`: an activation that backward may have saved) and other receivers are
-    reported without a fix, and those whose `.data` is usually an
+    reported without a fix, and so is every write in a module's `forward` (a masked conv
+    applied twice in one graph: without `.data` the write bumps the weight's version and
+    backward through the first use raises). Those whose `.data` is usually an
     ordinary attribute (`self.data`, `dataset.data`, a `PackedSequence`, a mapping written with
-    string keys or the keys of an `.items()` loop, a name handed to a `scipy` function) are
+    string keys or the keys of an `.items()` loop, an object of another array or graph
+    library: built by `dgl.*`/`scipy.*`/`pandas.*`... or handed to a `scipy` function) are
     not reported. Nor is a `.data` that is not torch's (`gradfix/analysis/tensor_data.py`): an
     object of a plain class that keeps its value in `self.data` (micrograd's `Value`, defined in
     the file or in a project module), any bare name nothing ties to torch in a file that defines
@@ -1136,6 +1153,9 @@ class DataMutation(Rule):
                 factory = _factory_write(facts, stmt)
                 if manages_storage(facts, func):
                     yield self.report(facts, stmt, self._message(receiver), no_fix=_STORAGE_REASON)
+                    continue
+                if _in_forward(facts, func):
+                    yield self.report(facts, stmt, self._message(receiver), no_fix=_FORWARD_REASON)
                     continue
                 if kind == "param" and not disabled and wrappable and not factory:
                     if not _suppressed(self.report(facts, stmt, ""), facts.lines):
