@@ -74,7 +74,14 @@ _KNOWN_SENSITIVE = re.compile(
 _BUILTIN_CALLS = frozenset(dir(__import__("builtins")))
 # Classes that are nn.Modules outside torch.nn, and torch.nn names that are not.
 _MODULE_CLASSES = frozenset({"pytorch_lightning.LightningModule", "lightning.LightningModule", "lightning.pytorch.LightningModule"})
-_NOT_MODULES = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.functional"})
+_NOT_MODULES = frozenset({
+    "torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.nn.functional",
+    # training drivers: their `.train()` runs a training loop, they have no `.eval()`
+    "transformers.Trainer", "transformers.Seq2SeqTrainer", "transformers.trainer.Trainer",
+    "trl.SFTTrainer", "trl.DPOTrainer", "trl.PPOTrainer", "trl.RewardTrainer",
+    "pytorch_lightning.Trainer", "lightning.Trainer", "lightning.pytorch.Trainer",
+    "accelerate.Accelerator", "ignite.engine.Engine",
+})
 # Methods of plain Python values seen in constructors: they build no layer.
 _PLAIN_METHODS = frozenset(
     "get pop append extend insert items keys values update setdefault copy format split join strip "

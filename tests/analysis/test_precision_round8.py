@@ -246,3 +246,21 @@ def test_batches_of_a_loader_picked_from_a_mapping_need_no_detach():
         """
     )
     assert ".detach()" not in _fix(source, GF402)
+
+
+def test_a_training_driver_is_no_module():
+    # Hugging Face's Trainer: `.train()` runs the training loop; `trainer.eval()` would raise.
+    source = textwrap.dedent(
+        """\
+        import torch
+        from transformers import Trainer
+
+        trainer = Trainer(model_init=make_model, args=args)
+        trainer.train()
+
+        def predict(batch):
+            with torch.no_grad():
+                return trainer.model(batch)
+        """
+    )
+    assert check(source, "ner.py", Settings(select=("GF104",))) == []
