@@ -26,8 +26,10 @@ from gradfix.facts import FileFacts
 
 _TORCH_TENSOR_BASES = ("torch.",)
 # Libraries whose objects have a ``.data`` of their own (a feature mapping, a values array, a
-# buffer). NumPy is left out of "handed to": ``np.testing``/``np.asarray`` take tensors too.
+# buffer): an object one of them builds is theirs. Handed to a function, only the graph and
+# sparse libraries' say so: NumPy's, pandas', TensorFlow's functions take tensors too.
 _FOREIGN_LIBRARIES = ("dgl.", "scipy.", "pandas.", "networkx.", "numpy.", "cupy.", "jax.", "tensorflow.")
+_FOREIGN_TAKERS = ("dgl.", "scipy.", "networkx.")
 
 
 def torch_absent(facts: FileFacts) -> bool:
@@ -186,7 +188,7 @@ def foreign_object(facts: FileFacts, receiver: ast.expr) -> bool:
     """Whether ``receiver`` (through its attributes and subscripts: ``g.nodes[t]``) is rooted in a
     name that every reaching definition binds to a call into another array or graph library
     (``dgl.heterograph(..)``, ``sp.csr_matrix(..)``), or that is handed to such a library's
-    function in the same function (NumPy excepted: its functions take tensors too)."""
+    function in the same function (a graph or sparse library's only: see _FOREIGN_TAKERS)."""
     root = receiver
     while isinstance(root, (ast.Attribute, ast.Subscript)):
         root = root.value
@@ -198,7 +200,7 @@ def foreign_object(facts: FileFacts, receiver: ast.expr) -> bool:
     for call in facts.calls_in(facts.enclosing_function(receiver)):
         if any(isinstance(a, ast.Name) and a.id == root.id for a in call.args):
             qualname = facts.call_qualname(call) or ""
-            if qualname.startswith(_FOREIGN_LIBRARIES) and not qualname.startswith("numpy."):
+            if qualname.startswith(_FOREIGN_TAKERS):
                 return True
     return False
 
