@@ -238,7 +238,32 @@ def fresh_local(facts: FileFacts, name: str, at: ast.AST):
         return None
     args = scope.args
     params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
-    return None if name.split(".", 1)[0] in params else scope
+    root = name.split(".", 1)[0]
+    if root in params and not _rebound_parameter(facts, scope, root, at):
+        return None
+    return scope
+
+
+def _rebound_parameter(facts: FileFacts, scope, root: str, at: ast.AST) -> bool:
+    """Every binding of the parameter ``root`` that reaches ``at`` is the function's own
+    assignment of a new object (`model = Infer(model.lin.weight)`): not the argument, nor a move
+    or wrapper of it (`model = model.to(dev)`, `model = DDP(model)` share its mode)."""
+    from gradfix.analysis.provenance import UNKNOWN as NO_DEFINITION, reaching_definitions
+
+    read = next((n for n in ast.walk(at) if isinstance(n, ast.Name) and n.id == root and isinstance(n.ctx, ast.Load)), None)
+    if read is None or facts.function_of.get(read) is not scope:
+        return False
+    found = reaching_definitions(facts, scope).reaching.get(read)
+    if not found or NO_DEFINITION in found:
+        return False
+    for d in found:
+        value = strip_moves(d.value) if d.kind == "assign" else None
+        if not isinstance(value, ast.Call) or dotted_name(value.func) is None or dotted_name(value.func).split(".", 1)[0] == root:
+            return False
+        if any(strip_moves(a) is not a and isinstance(strip_moves(a), ast.Name) and strip_moves(a).id == root
+               or isinstance(a, ast.Name) and a.id == root for a in (*value.args, *(k.value for k in value.keywords))):
+            return False
+    return True
 
 
 def another_functions_object(facts: FileFacts, scope, name: str, node: ast.AST) -> bool:

@@ -264,3 +264,32 @@ def test_a_training_driver_is_no_module():
         """
     )
     assert check(source, "ner.py", Settings(select=("GF104",))) == []
+
+
+REBOUND = """\
+import torch
+
+def train(model, predictor, x, opt):
+    model.train()
+    predictor(model(x)).sum().backward()
+    opt.step()
+
+@torch.no_grad()
+def test(model, predictor, x):
+    predictor.eval()
+    model = Infer(model.lin.weight.t())
+    return predictor(model(x))
+
+@torch.no_grad()
+def test_moved(model, predictor, x):
+    predictor.eval()
+    model = model.to("cpu")
+    return predictor(model(x))
+"""
+
+
+def test_a_parameter_rebound_to_a_new_object_is_that_object():
+    # OGB's inference copy: `model` now names a new object built from the weights; the trained
+    # argument is never run. A moved parameter is still the argument.
+    findings = check(REBOUND, "gnn.py", Settings(select=("GF104",)))
+    assert [(f.code, f.line) for f in findings] == [("GF104", 18)]
