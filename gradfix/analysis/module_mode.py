@@ -24,6 +24,7 @@ from gradfix.analysis.calls import callee, callees, callers, dead, unbound
 from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, innermost_statement, not_instance_flow
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, qualify, strip_moves
+from gradfix.analysis.provenance import UNKNOWN as NO_DEFINITION, reaching_definitions
 from gradfix.analysis.vocabulary import (
     FUNCTIONS,
     LOOPS,
@@ -248,8 +249,6 @@ def _rebound_parameter(facts: FileFacts, scope, root: str, at: ast.AST) -> bool:
     """Every binding of the parameter ``root`` that reaches ``at`` is the function's own
     assignment of a new object (`model = Infer(model.lin.weight)`): not the argument, nor a move
     or wrapper of it (`model = model.to(dev)`, `model = DDP(model)` share its mode)."""
-    from gradfix.analysis.provenance import UNKNOWN as NO_DEFINITION, reaching_definitions
-
     read = next((n for n in ast.walk(at) if isinstance(n, ast.Name) and n.id == root and isinstance(n.ctx, ast.Load)), None)
     if read is None or facts.function_of.get(read) is not scope:
         return False
@@ -258,10 +257,11 @@ def _rebound_parameter(facts: FileFacts, scope, root: str, at: ast.AST) -> bool:
         return False
     for d in found:
         value = strip_moves(d.value) if d.kind == "assign" else None
-        if not isinstance(value, ast.Call) or dotted_name(value.func) is None or dotted_name(value.func).split(".", 1)[0] == root:
+        called = dotted_name(value.func) if isinstance(value, ast.Call) else None
+        if called is None or called.split(".", 1)[0] == root:
             return False
-        if any(strip_moves(a) is not a and isinstance(strip_moves(a), ast.Name) and strip_moves(a).id == root
-               or isinstance(a, ast.Name) and a.id == root for a in (*value.args, *(k.value for k in value.keywords))):
+        arguments = (strip_moves(a) for a in (*value.args, *(k.value for k in value.keywords)))
+        if any(isinstance(a, ast.Name) and a.id == root for a in arguments):
             return False
     return True
 

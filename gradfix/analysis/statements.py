@@ -161,12 +161,17 @@ def is_elif(facts: FileFacts, stmt: ast.stmt) -> bool:
 _CELL_MARKER = re.compile(r"^# gradfix-notebook-cell \S+ \d+$")
 
 
+def is_cell_marker(line: str) -> bool:
+    """Whether ``line`` is the marker a notebook's virtual module puts before a cell."""
+    return bool(_CELL_MARKER.match(line))
+
+
 def crosses_notebook_cell(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:
     """Whether the run ``first``..``last`` of a notebook's virtual module spans two cells: one
     block cannot hold statements of two cells."""
     if not facts.path.endswith(".ipynb"):
         return False
-    return any(_CELL_MARKER.match(facts.line_text(n)) for n in range(first.lineno + 1, last.end_lineno + 1))
+    return any(is_cell_marker(facts.line_text(n)) for n in range(first.lineno + 1, last.end_lineno + 1))
 
 
 def wrap_in_no_grad(

@@ -20,7 +20,7 @@ from typing import Iterator
 from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
-from gradfix.analysis.statements import crosses_notebook_cell, statement_block
+from gradfix.analysis.statements import crosses_notebook_cell, is_cell_marker, statement_block
 from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.model import FixSafety
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
@@ -489,13 +489,9 @@ _WRAPPER_COMMENT = re.compile(r"variable|wrap", re.IGNORECASE)
 
 
 def _comment_above(facts, stmt: ast.stmt) -> str:
-    """The comment lines right above ``stmt`` (blank lines between them skipped), joined."""
-    found, line = [], stmt.lineno - 1
-    while line >= 1 and (not (text := facts.line_text(line).strip()) or text.startswith("#")):
-        if text.startswith("#") and not text.startswith("# gradfix-notebook-cell "):
-            found.append(text)
-        line -= 1
-    return "\n".join(found)
+    """The comments right above ``stmt`` (blank lines between them skipped, cell markers left
+    out), joined."""
+    return "\n".join(t for t in _leading_lines(facts, stmt) if t and not is_cell_marker(t))
 
 
 def _lines_above(facts, stmt: ast.stmt) -> str | None:
@@ -503,12 +499,16 @@ def _lines_above(facts, stmt: ast.stmt) -> str | None:
     ``"comment"`` (with or without blank lines), or None (nothing, or its block's header)."""
     if _opens_block(facts, stmt):
         return None
-    found = None
-    line = stmt.lineno - 1
+    lines = _leading_lines(facts, stmt)
+    return "comment" if any(lines) else "blank" if lines else None
+
+
+def _leading_lines(facts, stmt: ast.stmt) -> list[str]:
+    """The blank (``""``) and comment lines right above ``stmt``, stripped, nearest first."""
+    found, line = [], stmt.lineno - 1
     while line >= 1 and (not (text := facts.line_text(line).strip()) or text.startswith("#")):
-        if text.startswith("#"):
-            return "comment"
-        found, line = "blank", line - 1
+        found.append(text)
+        line -= 1
     return found
 
 

@@ -87,16 +87,18 @@ def test_a_comment_above_the_last_statement_of_a_block_keeps_the_alias():
     assert "# wrap the batch\n        data, target = data.detach(), target.detach()" in fixed
 
 
-def _notebook(path, sources):
+PRELUDE = ["import torch\nfrom torch.autograd import Variable", "x = torch.zeros(3)"]
+
+
+def _applied(tmp_path, monkeypatch, capsys, sources):
+    """The cells of a notebook (PRELUDE, then ``sources``) after `gradfix --apply` of GF402."""
+    path = tmp_path / "demo.ipynb"
     cells = [
         {"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [], "source": s}
-        for i, s in enumerate(sources)
+        for i, s in enumerate([*PRELUDE, *sources])
     ]
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-
-
-def _apply(path, monkeypatch, capsys):
-    monkeypatch.chdir(path.parent)
+    monkeypatch.chdir(tmp_path)
     try:
         main(["--apply", "--unsafe-fixes", "--select", "GF402", "--no-cache", path.name])
     except SystemExit:
@@ -106,25 +108,12 @@ def _apply(path, monkeypatch, capsys):
 
 
 def test_in_a_notebook_the_comment_moves_within_its_cell(tmp_path, monkeypatch, capsys):
-    nb = tmp_path / "demo.ipynb"
-    _notebook(nb, [
-        "import torch\nfrom torch.autograd import Variable",
-        "x = torch.zeros(3)",
-        "# build the model\nx = Variable(x)\ny = x * 2",
-    ])
-    cells = _apply(nb, monkeypatch, capsys)
+    cells = _applied(tmp_path, monkeypatch, capsys, ["# build the model\nx = Variable(x)\ny = x * 2"])
     assert cells[2] == "# build the model\ny = x * 2"
 
 
 def test_a_cell_holding_only_the_self_assignment_keeps_the_alias(tmp_path, monkeypatch, capsys):
-    nb = tmp_path / "demo.ipynb"
-    _notebook(nb, [
-        "import torch\nfrom torch.autograd import Variable",
-        "x = torch.zeros(3)",
-        "# wrap it\nx = Variable(x)",
-        "y = x * 2",
-    ])
-    cells = _apply(nb, monkeypatch, capsys)
+    cells = _applied(tmp_path, monkeypatch, capsys, ["# wrap it\nx = Variable(x)", "y = x * 2"])
     assert cells[2] == "# wrap it\nx = x.detach()" and cells[3] == "y = x * 2"
 
 
