@@ -223,10 +223,20 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
                 continue  # a training scope's samples or frozen teacher: not what it trains
             if trains_here and not any(related(t, name) for t in trains_here):
                 continue
+            if _kept_in_eval(facts, scope, name, call):
+                continue  # `model.eval()` first: an attack's or a sampler's input gradients
             if name in module_like and not LOSS_LIKE.search(name.rsplit(".", 1)[-1]):
                 evidence.setdefault(name, []).append(call)
     evidence.pop("self", None)
     return evidence
+
+
+def _kept_in_eval(facts: FileFacts, scope, name: str, call: ast.Call) -> bool:
+    """Every path of ``scope`` reaches ``call`` with ``name`` in the eval mode the scope's own
+    switches put it in: a backward through it (an adversarial attack, Langevin sampling) takes
+    gradients of its input, it does not train it."""
+    items = _switch_items(facts, scope, {name})
+    return any(i.kind == "eval" for i in items) and modes_at(facts, scope, call, items) == {EVAL}
 
 
 def fresh_local(facts: FileFacts, name: str, at: ast.AST):
@@ -1173,9 +1183,41 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
     ``privacy_engine.make_private(module=net, ...)``, a file function that hands back the module
     it is given: ``def wrap(m): return DataParallel(m)``), and for a parameter the arguments the
     calls that may run the function pass (a call whose argument nothing binds raises NameError
-    and passes nothing). A name with no visible binding is unknown."""
-    key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at))
+    and passes nothing). A name with no visible binding is unknown. Read in the scope that binds
+    it, a name is what the assignments reaching that read bound (`model = Net()` in one notebook
+    cell, `model = NetDropout()` in a later one)."""
+    reaching = _reaching_bindings(facts, module, at)
+    key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at), reaching)
     return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset()))
+
+
+def _reaching_bindings(facts: FileFacts, module: str, at: ast.AST) -> frozenset[ast.stmt] | None:
+    """The assignments of the plain name ``module`` that reach its read in ``at`` (through
+    rebindings to itself: `net = torch.compile(net)` holds what reached its own read), when
+    ``at`` is in the scope that binds it and every reaching binding is an assignment; None
+    otherwise (a parameter, a loop target, a global read in a function: any binding may hold)."""
+    if "." in module or module in ("self", "cls"):
+        return None
+    scope = _binding_scope(facts, module, at)
+    if facts.function_of.get(at) is not scope:
+        return None
+    reaching = reaching_definitions(facts, scope).reaching
+    found, todo, seen = set(), [at], set()
+    while todo:
+        node = todo.pop()
+        read = next((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == module and isinstance(n.ctx, ast.Load)), None)
+        definitions = reaching.get(read) if read is not None else None
+        if not definitions or any(d.kind != "assign" for d in definitions):
+            return None
+        for d in definitions:
+            stmt = innermost_statement(facts.parents, d.node)
+            if stmt not in seen:
+                seen.add(stmt)
+                if _rebinds_itself(facts, d.value, module):
+                    todo.append(d.value)
+                else:
+                    found.add(stmt)
+    return frozenset(found)
 
 
 def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: frozenset) -> str:
@@ -1185,10 +1227,13 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
     sens = sensitivity_of(facts)
     names = sens.trees[sens.module][1]
     scope = _binding_scope(facts, module, at)
+    reaching = _reaching_bindings(facts, module, at)
     verdicts = []
     for node in (*facts.nodes_of(ast.Assign), *facts.nodes_of(ast.AnnAssign)):  # every assignment of the file
         if node in busy or (scope is not _ANY and facts.function_of.get(node) is not scope):
             continue  # another function's local of the same name is another object
+        if reaching is not None and node not in reaching:
+            continue  # a binding this read cannot see
         if isinstance(node, ast.Assign):
             targets, value = node.targets, node.value
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
@@ -1442,6 +1487,25 @@ def plan_train_insertion(
     if not all_train_at(facts, scope, uses, planned, entry_train):
         return Plan("nofix")
     return Plan("insert", target, loop)
+
+
+def before_loops(facts: FileFacts, func, names: tuple[str, ...], target: ast.stmt) -> ast.stmt:
+    """Where a switch of ``names`` that must run before ``target`` goes: before the outermost
+    loop of ``func`` around ``target`` in which nothing sets their mode, rebinds them or runs
+    them ahead of ``target`` (once before the loop, not once per iteration); else ``target``."""
+    items = evaluation_items(facts, func, set(names))
+    roots = {n.split(".", 1)[0] for n in names}
+    place = target
+    for loop in own_loops_around(facts, target, func):
+        if any(is_descendant(facts, i.node, loop) for i in items):
+            break
+        if any(isinstance(n, ast.Name) and n.id in roots and not isinstance(n.ctx, ast.Load) for n in ast.walk(loop)):
+            break
+        ahead = (c for c in own_calls(facts, func) if is_descendant(facts, c, loop) and pos(c) < pos(target))
+        if any((t := forward_target(facts, c)) is not None and any(related(t, n) for n in names) for c in ahead):
+            break
+        place = loop
+    return place
 
 
 _PARAMETER_METHODS = ("parameters", "named_parameters")

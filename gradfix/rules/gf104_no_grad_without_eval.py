@@ -10,6 +10,7 @@ from gradfix.lazy import cst
 from gradfix.analysis.gradflow import short_code
 from gradfix.analysis.insertion import body_start, insert_before, statement_at, unused_name
 from gradfix.analysis.module_mode import (
+    before_loops,
     built_here,
     evidence_for,
     forward_target,
@@ -176,6 +177,10 @@ class NoGradWithoutEval(Rule):
             for x, y in loader:
                 correct += (model(x).argmax(1) == y).sum().item()
     ```
+
+    The `.eval()` goes before the `with` (first in a decorated function), and before the loops
+    around it in which nothing switches the module, rebinds it or runs it first: once before
+    `for name, loader in splits:`, not once per split.
 
     ## Fix safety
     Unsafe: the fix changes what the evaluation computes (dropout off, batch-norm uses and
@@ -481,6 +486,8 @@ class NoGradWithoutEval(Rule):
                 spot = "at the start of the function"
             else:
                 target, last = _wrap_range(facts, gap)
+                if target is last:
+                    target = last = before_loops(facts, gap.func, tuple(gap.modules), target)
                 anchors = [region.owner]
                 spot = "before the block"
             if gap.generators:

@@ -282,3 +282,126 @@ def test_a_parameter_rebound_to_a_new_object_is_that_object():
     # argument is never run. A moved parameter is still the argument.
     findings = check(REBOUND, "gnn.py", Settings(select=("GF104",)))
     assert [(f.code, f.line) for f in findings] == [("GF104", 18)]
+
+
+GF104 = Settings(select=("GF104",), unsafe_fixes=True)
+
+SAMPLER = """\
+import torch
+
+def langevin(model, x, steps):
+    was_training = model.training
+    model.eval()
+    x.requires_grad_(True)
+    for _ in range(steps):
+        (-model(x)).sum().backward()
+        x.grad.zero_()
+    model.train(was_training)
+    return x.detach()
+
+@torch.no_grad()
+def score(x):
+    return model(x)
+"""
+
+
+def test_a_backward_through_a_module_it_put_in_eval_mode_trains_nothing():
+    # Langevin sampling (or an adversarial attack) takes gradients of the input through a
+    # model it switched to eval mode first: that is no evidence the file trains the model.
+    assert check(SAMPLER, "ebm.py", GF104) == []
+
+
+def test_a_real_training_loop_next_to_the_sampler_is_still_evidence():
+    source = SAMPLER + textwrap.dedent(
+        """\
+
+        def fit(model, opt, x):
+            model.train()
+            model(x).mean().backward()
+            opt.step()
+        """
+    )
+    assert [f.code for f in check(source, "ebm.py", GF104)] == ["GF104"]
+
+
+REDEFINED = """\
+import torch
+from torch import nn
+
+class Plain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+
+    def forward(self, x):
+        return self.body(x)
+
+class Drop(Plain):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+def fit(model, opt, x):
+    model(x).sum().backward()
+    opt.step()
+
+def score(model, x):
+    with torch.no_grad():
+        return model(x)
+
+x = torch.randn(2, 4)
+model = Plain()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+fit(model, opt, x)
+score(model, x)
+
+def score(model, x):
+    with torch.no_grad():
+        return model(x).sum()
+
+model = Drop()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+fit(model, opt, x)
+score(model, x)
+"""
+
+
+def test_a_module_level_name_is_what_the_bindings_reaching_the_read_hold():
+    # The first `score` only ever runs on the mode-free `Plain` bound before its call; it is
+    # redefined before `model` holds a module with dropout (a notebook's cell after cell).
+    findings = check(REDEFINED, "cells.py", GF104)
+    assert [(f.code, f.line) for f in findings] == [("GF104", 33)]
+
+
+PER_LOADER = """\
+import torch
+
+def fit(model, opt, x):
+    model.train()
+    model(x).sum().backward()
+    opt.step()
+
+def validate(model, train_loader, val_loader):
+    scores = {}
+    for name, loader in [("train", train_loader), ("val", val_loader)]:
+        correct = 0
+        with torch.no_grad():
+            for x, y in loader:
+                correct += int((model(x).argmax(1) == y).sum())
+        scores[name] = correct
+    return scores
+"""
+
+
+def test_eval_goes_before_the_loop_that_nothing_in_switches():
+    fixed = _fix(PER_LOADER, GF104)
+    assert "    scores = {}\n    model.eval()\n    for name, loader in" in fixed
+    assert fixed.count("model.eval()") == 1
+
+
+def test_eval_stays_in_a_loop_that_trains_between_evaluations():
+    source = PER_LOADER.replace(
+        "        correct = 0\n", "        fit(model, opt, x)\n        correct = 0\n"
+    ).replace("def validate(model, train_loader, val_loader):", "def validate(model, train_loader, val_loader, opt, x):")
+    fixed = _fix(source, GF104)
+    assert "        correct = 0\n        model.eval()\n        with torch.no_grad():" in fixed

@@ -237,7 +237,7 @@ def test_a_frozen_teacher_in_a_training_step_is_silent_the_trained_model_in_an_e
     assert [f.code for f in check(evaluation, settings=settings)] == ["GF104"]
 
 
-def test_two_branches_in_a_loop_get_eval_before_their_if_not_before_the_loop():
+def test_two_branches_in_a_loop_get_one_eval_before_the_loop():
     from gradfix import Settings, check, fix
 
     code = (
@@ -249,4 +249,5 @@ def test_two_branches_in_a_loop_get_eval_before_their_if_not_before_the_loop():
     [finding] = check(code, settings=settings)
     assert (finding.span.line, finding.span.col) == (11, 20)
     assert finding.fix_title == "Insert `model.eval()` before the block"
-    assert fix(code, settings=settings) == code.replace("        if flip:\n", "        model.eval()\n        if flip:\n")
+    # nothing in the loop switches the model: once before it, not once per batch
+    assert fix(code, settings=settings) == code.replace("    for x in batches:\n", "    model.eval()\n    for x in batches:\n")
