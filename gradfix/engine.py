@@ -122,7 +122,26 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     finally:
         facts.release()
     findings.sort(key=lambda f: (f.span.line, f.span.col, f.code))
-    return _dedupe(findings)
+    return _unfixable_here(source, text, _dedupe(findings))
+
+
+# Indentation with a tab after spaces: CPython accepts it where LibCST's tokenizer may not
+# ("no matching outer block for dedent"), so only there is LibCST asked before a fix is promised.
+_TAB_AFTER_SPACES = re.compile(r"^ +\t", re.M)
+
+
+def _unfixable_here(source: bytes | str, text: str, findings: list[Finding]) -> list[Finding]:
+    """``findings``, with no fix declared when LibCST cannot rewrite the file."""
+    if not any(f.fix for f in findings) or not _TAB_AFTER_SPACES.search(text):
+        return findings
+    from dataclasses import replace
+
+    from gradfix.fixer import unfixable
+
+    why = unfixable(source if isinstance(source, bytes) else source.encode("utf-8"))
+    if why is None:
+        return findings
+    return [replace(f, fix=None, fix_title=None, no_fix=why) if f.fix else f for f in findings]
 
 
 def _contains(text: str, trigger: str, found: dict[str, bool]) -> bool:

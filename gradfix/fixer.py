@@ -198,6 +198,22 @@ class FixRun:
 BuildFix = Callable[[Finding, FixContext], "list[Edit] | None"]
 
 
+def _parsed(source: bytes):
+    """``(module, None)``, or ``(None, why)`` when LibCST cannot rewrite ``source`` losslessly."""
+    try:
+        module = cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        return None, f"LibCST could not parse the file ({exc.message})"
+    if module.bytes != source:  # e.g. LibCST drops the last "\r" of a file with old Mac line ends
+        return None, "LibCST does not reproduce this file byte for byte; left unchanged"
+    return module, None
+
+
+def unfixable(source: bytes) -> str | None:
+    """Why no fix can be applied to ``source`` (LibCST cannot rewrite it), or None."""
+    return _parsed(source)[1]
+
+
 def apply_fixes(
     source: bytes, findings: Sequence[Finding | None], build: BuildFix, path: str = "<string>", separate_siblings: bool = False
 ) -> FixRun:
@@ -210,12 +226,9 @@ def apply_fixes(
     there: how a child renders can depend on how many siblings it has (a default comma, the
     ``pass`` of a block left empty), and each finding's edit must render as it does alone.
     """
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as exc:
-        return FixRun(source, notes=[f"cannot fix: LibCST could not parse the file ({exc.message})"])
-    if module.bytes != source:  # e.g. LibCST drops the last "\r" of a file with old Mac line ends
-        return FixRun(source, notes=["cannot fix: LibCST does not reproduce this file byte for byte; left unchanged"])
+    module, why = _parsed(source)
+    if module is None:
+        return FixRun(source, notes=[f"cannot fix: {why}"])
     run = _apply_once(module, findings, build, separate_siblings)
     new = run.source
     if new == source:

@@ -405,3 +405,31 @@ def test_eval_stays_in_a_loop_that_trains_between_evaluations():
     ).replace("def validate(model, train_loader, val_loader):", "def validate(model, train_loader, val_loader, opt, x):")
     fixed = _fix(source, GF104)
     assert "        correct = 0\n        model.eval()\n        with torch.no_grad():" in fixed
+
+
+TAB_AFTER_SPACES = (
+    "import torch\n"
+    "class Net(torch.nn.Module):\n"
+    "    def __init__(self, scale):\n"
+    "        super().__init__()\n"
+    "        self.conv = torch.nn.Conv2d(3, 3, 3)\n"
+    "        for m in self.modules():\n"
+    "            if isinstance(m, torch.nn.Conv2d):\n"
+    "        \t    m.bias.data.zero_()\n"
+)
+
+
+def test_a_file_libcst_cannot_parse_promises_no_fix():
+    # CPython accepts a tab after spaces in an indentation that LibCST's tokenizer rejects:
+    # the finding stays, and says why it has no fix instead of promising one.
+    compile(TAB_AFTER_SPACES, "dbpn.py", "exec")
+    [finding] = check(TAB_AFTER_SPACES, "dbpn.py", GF304)
+    assert finding.fix is None and finding.fix_title is None
+    assert "LibCST could not parse" in finding.no_fix
+    assert fix(TAB_AFTER_SPACES, settings=GF304) == TAB_AFTER_SPACES
+
+
+def test_a_tab_after_spaces_that_libcst_reads_keeps_its_fix():
+    source = "import torch\ndef init(m):\n    if m is not None:\n    \tm.bias.data.zero_()\n"
+    [finding] = check(source, "init.py", GF304)
+    assert finding.fix is not None and finding.no_fix is None
