@@ -1489,6 +1489,21 @@ def plan_train_insertion(
     return Plan("insert", target, loop)
 
 
+def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
+    """Every call of ``scope`` in the file hands in, for its parameter ``module``, a module in
+    train mode there on every path (just built, or `.train()`-ed), and there is one."""
+    if scope is None or module not in _parameter_names(scope):
+        return False
+    outside = [c for c in callers(facts, scope) if facts.function_of.get(c) is not scope]
+    for call in outside:
+        caller = facts.function_of.get(call)
+        argument = _argument_for(scope, call, module)
+        name = dotted_name(argument) if argument is not None else None
+        if name is None or not modes_at(facts, caller, call, evaluation_items(facts, caller, {name})) <= {TRAIN, TRAINED}:
+            return False
+    return bool(outside)
+
+
 def before_loops(facts: FileFacts, func, names: tuple[str, ...], target: ast.stmt) -> ast.stmt:
     """Where a switch of ``names`` that must run before ``target`` goes: before the outermost
     loop of ``func`` around ``target`` in which nothing sets their mode, rebinds them or runs

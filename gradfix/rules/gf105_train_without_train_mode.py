@@ -12,6 +12,7 @@ from gradfix.analysis.module_mode import (
     another_functions_object,
     built_here,
     constructed,
+    entered_in_train_mode,
     evaluated_after_training,
     forward_target,
     leaking_evals,
@@ -383,6 +384,7 @@ class TrainWithoutTrainMode(Rule):
                 s for s in own_switches(facts, scope) if s.mode == "eval" and s.receiver.startswith(module + ".")
             ]
             fresh = bool(built) and pos(built[0]) < min(map(pos, uses)) and constructed(built[0])
+            fresh = fresh or (not built and entered_in_train_mode(facts, scope, module))
             plan = plan_train_insertion(facts, scope, uses, items, fresh)
             if plan.outcome in ("ok", "silent"):
                 continue

@@ -433,3 +433,41 @@ def test_a_tab_after_spaces_that_libcst_reads_keeps_its_fix():
     source = "import torch\ndef init(m):\n    if m is not None:\n    \tm.bias.data.zero_()\n"
     [finding] = check(source, "init.py", GF304)
     assert finding.fix is not None and finding.no_fix is None
+
+
+GF105 = Settings(select=("GF105",), unsafe_fixes=True)
+
+FRESH_EACH_TIME = """\
+import torch
+from torch import nn
+
+def fit(net, loader, epochs):
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for _ in range(epochs):
+        for x, y in loader:
+            opt.zero_grad()
+            nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+
+def accuracy(net, x, y):
+    net.eval()
+    with torch.no_grad():
+        return (net(x).argmax(1) == y).float().mean()
+
+net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 2))
+fit(net, loader, 3)
+print(accuracy(net, x, y))
+other = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+fit(other, loader, 3)
+"""
+
+
+def test_a_training_function_every_caller_hands_a_new_module_trains_in_train_mode():
+    # Each call passes a module built just before it (train mode); the `.eval()` elsewhere
+    # never reaches a call of `fit`.
+    assert check(FRESH_EACH_TIME, "tut.py", GF105) == []
+
+
+def test_a_caller_handing_in_an_evaluated_module_is_still_reported():
+    source = FRESH_EACH_TIME + "fit(net, loader, 1)\n"
+    assert [f.code for f in check(source, "tut.py", GF105)] == ["GF105"]
