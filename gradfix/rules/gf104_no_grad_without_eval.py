@@ -486,10 +486,11 @@ class NoGradWithoutEval(Rule):
                 spot = "at the start of the function"
             else:
                 target, last = _wrap_range(facts, gap)
-                if target is last:
-                    target = last = before_loops(facts, gap.func, tuple(gap.modules), target)
-                anchors = [region.owner]
                 spot = "before the block"
+                if target is last and (hoisted := before_loops(facts, gap.func, tuple(gap.modules), target)) is not target:
+                    target = last = hoisted
+                    spot = "before the loop"
+                anchors = [region.owner]
             if gap.generators:
                 no_fix = "a GAN generator may sample in train mode on purpose"
                 yield self.report(facts, gap.call, message, anchors=anchors, no_fix=no_fix)

@@ -248,6 +248,6 @@ def test_two_branches_in_a_loop_get_one_eval_before_the_loop():
     settings = Settings(select=("GF104",), unsafe_fixes=True)
     [finding] = check(code, settings=settings)
     assert (finding.span.line, finding.span.col) == (11, 20)
-    assert finding.fix_title == "Insert `model.eval()` before the block"
+    assert finding.fix_title == "Insert `model.eval()` before the loop"
     # nothing in the loop switches the model: once before it, not once per batch
     assert fix(code, settings=settings) == code.replace("    for x in batches:\n", "    model.eval()\n    for x in batches:\n")
