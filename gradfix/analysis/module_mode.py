@@ -259,7 +259,7 @@ def _rebound_parameter(facts: FileFacts, scope, root: str, at: ast.AST) -> bool:
     """Every binding of the parameter ``root`` that reaches ``at`` is the function's own
     assignment of a new object (`model = Infer(model.lin.weight)`): not the argument, nor a move
     or wrapper of it (`model = model.to(dev)`, `model = DDP(model)` share its mode)."""
-    read = next((n for n in ast.walk(at) if isinstance(n, ast.Name) and n.id == root and isinstance(n.ctx, ast.Load)), None)
+    read = _first_read(at, root)
     if read is None or facts.function_of.get(read) is not scope:
         return False
     found = reaching_definitions(facts, scope).reaching.get(read)
@@ -274,6 +274,11 @@ def _rebound_parameter(facts: FileFacts, scope, root: str, at: ast.AST) -> bool:
         if any(isinstance(a, ast.Name) and a.id == root for a in arguments):
             return False
     return True
+
+
+def _first_read(node: ast.AST, name: str) -> ast.Name | None:
+    """The first read of the plain name ``name`` within ``node`` (breadth first), or None."""
+    return next((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)), None)
 
 
 def another_functions_object(facts: FileFacts, scope, name: str, node: ast.AST) -> bool:
@@ -1198,6 +1203,10 @@ def _reaching_bindings(facts: FileFacts, module: str, at: ast.AST) -> frozenset[
     otherwise (a parameter, a loop target, a global read in a function: any binding may hold)."""
     if "." in module or module in ("self", "cls"):
         return None
+    return facts.memo(("module_mode.reaching_bindings", module, id(at)), lambda: _reaching_assignments(facts, module, at))
+
+
+def _reaching_assignments(facts: FileFacts, module: str, at: ast.AST) -> frozenset[ast.stmt] | None:
     scope = _binding_scope(facts, module, at)
     if facts.function_of.get(at) is not scope:
         return None
@@ -1205,7 +1214,7 @@ def _reaching_bindings(facts: FileFacts, module: str, at: ast.AST) -> frozenset[
     found, todo, seen = set(), [at], set()
     while todo:
         node = todo.pop()
-        read = next((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id == module and isinstance(n.ctx, ast.Load)), None)
+        read = _first_read(node, module)
         definitions = reaching.get(read) if read is not None else None
         if not definitions or any(d.kind != "assign" for d in definitions):
             return None
