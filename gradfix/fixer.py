@@ -280,7 +280,15 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
     asked: dict[int, _ImportRequest] = {}
     parents: dict[int, tuple[int, bool]] = {}  # id(parent) -> (finding, whether it adds/drops a child)
     waiting = set()
+    shared: dict[tuple, list] = {}  # the spans of each accepted finding's edits -> its edits
     for index, edits, spans, _, wanted in candidates:
+        same = shared.get(tuple(spans))
+        if same is not None and all(_same_edit(a, b) for a, b in zip(same, edits)):
+            accepted.append((index, edits, spans))  # one edit fixes both findings (a whole `else:` goes)
+            imports.add += wanted.add
+            imports.remove_if_unused += wanted.remove_if_unused
+            asked[index] = wanted
+            continue
         if any(taken.overlaps(s) for s in spans):
             waiting.add(index)
             continue
@@ -293,6 +301,7 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
                 parents[p] = (index, resized or parents.get(p, (index, False))[1])
         taken.add(spans)
         accepted.append((index, edits, spans))
+        shared[tuple(spans)] = edits
         imports.add += wanted.add
         imports.remove_if_unused += wanted.remove_if_unused
         asked[index] = wanted
@@ -304,6 +313,15 @@ def _apply_once(module: cst.Module, findings: Sequence[Finding | None], build: B
     run = FixRun(new_module.bytes, {i for i, _, _ in accepted}, notes, {i: e for i, e, _ in accepted}, asked, ctx, edited)
     run.waiting = waiting
     return run
+
+
+def _same_edit(a: Edit, b: Edit) -> bool:
+    """Two findings' edits of one node that write the same thing."""
+    if a.node is not b.node:
+        return False
+    if isinstance(a.replacement, cst.CSTNode) and isinstance(b.replacement, cst.CSTNode):
+        return a.replacement.deep_equals(b.replacement)
+    return a.replacement is b.replacement
 
 
 class _Taken:

@@ -22,7 +22,7 @@ from gradfix.lazy import cst
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
 from gradfix.analysis.statements import crosses_notebook_cell, is_cell_marker, statement_block
 from gradfix.analysis.vocabulary import in_torch_version_branch
-from gradfix.model import FixSafety
+from gradfix.model import FixSafety, Span
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
 _POSITIONAL = ("data", "requires_grad", "volatile")
 
@@ -344,6 +344,8 @@ def fix_variable_call(finding, ctx):
     kind, module, statement, heir = finding.data
     if module:
         ctx.remove_import_if_unused(module, "Variable")
+    if statement is not None and heir == ELSE:
+        return [Edit(ctx.node_at(statement, cst.Else), cst.RemoveFromParent())]
     if statement is not None:
         line = ctx.parent(ctx.node_at(statement, cst.Assign))
         if not isinstance(line, cst.SimpleStatementLine):
@@ -402,7 +404,10 @@ def report_rewrites(rule, facts, planned, exact: bool):
             plan = plan_rewrite(facts, found, exact=True)
         title = plan.title
         if statement is not None:
-            title = "Remove the line: without the wrappers it assigns the value to itself"
+            title = (
+                "Remove the `else` branch: without the wrappers it assigns values to themselves" if heir == ELSE
+                else "Remove the line: without the wrappers it assigns the value to itself"
+            )
             if plan.assumption:
                 title += f" ({plan.assumption})"
         yield rule.report(
@@ -414,8 +419,8 @@ def report_rewrites(rule, facts, planned, exact: bool):
             data=(
                 plan.kind,
                 found.import_module,
-                facts.span(statement) if statement is not None else None,
-                facts.span(heir) if heir is not None else None,
+                statement if heir == ELSE else facts.span(statement) if statement is not None else None,
+                heir if heir == ELSE else facts.span(heir) if heir is not None else None,
             ),
         )
 
@@ -449,11 +454,20 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         for _, v in pairs:
             found[v] = stmt
     candidates = set(found)
-    # A block must keep a statement: where every statement of it would go, none goes.
+    # A block must keep a statement: where every statement of it would go, none goes; but an
+    # `else:` whose every statement would go goes with them (`if cuda: x = Variable(x.cuda())
+    # else: x = Variable(x)` becomes `if cuda: x = x.cuda()`), when its fixes are alike in safety
+    # and no comment lives in it.
+    whole_else: dict[ast.Call, tuple] = {}
     for stmt in set(found.values()):
         where = statement_block(facts, stmt)
         block = getattr(*where) if where else []
         if all(s in found.values() for s in block):
+            calls = [c for c, s in found.items() if s in block]
+            if where[1] == "orelse" and isinstance(where[0], ast.If) and len({plans[c].safety for c in calls}) == 1:
+                keyword = _else_keyword(facts, where[0])
+                if keyword is not None:
+                    whole_else.update((c, (keyword, ELSE)) for c in calls)
             found = {c: s for c, s in found.items() if s not in block}
     # Blank lines and comments above a removed statement move to the first statement after it
     # that stays (one run of removed lines at a time): a comment there is as often the section's
@@ -482,7 +496,36 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
                 and not any(n in plans for n in ast.walk(heir))):
             heirs[stmt] = heir
     removed = {c: (s, heirs[s]) for c, s in found.items() if s in heirs}
+    removed.update(whole_else)
     return removed, candidates - set(removed)
+
+
+ELSE = "else"  # the heir of a self-assignment that goes with its whole `else:` branch
+
+
+def _else_keyword(facts, node: ast.If) -> Span | None:
+    """Where the `else` keyword of ``node`` starts (the span LibCST's ``Else`` starts at), when
+    no comment would go with the branch: none between the `if` body and the keyword, none on
+    its line, none inside the branch or indented as its statements after it."""
+    first, last = node.orelse[0], node.orelse[-1]
+    keyword = None
+    for line in range(node.body[-1].end_lineno + 1, first.lineno):
+        text = facts.line_text(line)
+        if re.fullmatch(r"[ \t]*else[ \t]*:[ \t]*", text):
+            keyword = Span(line, len(text) - len(text.lstrip()), last.end_lineno, last.end_col_offset)
+        elif text.strip():
+            return None  # a comment, `elif`, a line continuation
+    # LibCST keeps the comments after the branch that are indented less than its statements;
+    # the others belong to the branch and would go with it
+    indent = first.col_offset
+    for line in range(last.end_lineno + 1, len(facts.lines) + 1):
+        text = facts.line_text(line)
+        stripped = text.lstrip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if stripped and len(text) - len(stripped) >= indent:
+            return None
+    return keyword
 
 
 _WRAPPER_COMMENT = re.compile(r"variable|wrap", re.IGNORECASE)

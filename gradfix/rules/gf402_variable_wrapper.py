@@ -79,7 +79,10 @@ class VariableWrapper(Rule):
       collate could hand out tensors that do); a line that would then read `data, target =
       data, target` is removed (one-line, no comment on the line, not alone in its block;
       blank lines and comments above it stay, above the next statement of its block or
-      notebook cell), and one that must stay becomes `data = data.detach()`;
+      notebook cell), and one that must stay becomes `data = data.detach()`; an `else:`
+      branch whose every line would go goes with them (`if cuda: x = Variable(x.cuda())
+      else: x = Variable(x)` becomes `if cuda: x = x.cuda()`), unless a comment lives in it
+      or its fixes differ in safety;
     - anything else: safe, `x.detach()` (`x.detach().requires_grad_(flag)`), exactly what
       `Variable` returns today. Non-atomic arguments are parenthesized.
     With `style = "exact"` (option of GF402) every call becomes `x.detach()`
