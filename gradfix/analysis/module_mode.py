@@ -781,7 +781,9 @@ def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem
         if isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
             targets = [stmt.target] if isinstance(stmt, (ast.For, ast.AsyncFor)) else [i.optional_vars for i in stmt.items]
             if any(isinstance(n, ast.Name) and n.id in roots for t in targets if t is not None for n in ast.walk(t)):
-                items.append(ModeItem(stmt, "unknown"))  # `for model in models:`: another module each time
+                # `for model in models:`: another module each time, of unknown mode unless every
+                # one is new (`models = [Net() for _ in range(5)]`)
+                items.append(ModeItem(stmt, _element_mode(facts, scope, stmt)))
             continue
         if isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             stmt_targets = [stmt.target]
@@ -800,6 +802,68 @@ def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem
                     if item is not None:
                         items.append(item)
     return sorted(items, key=lambda i: i.key)
+
+
+def _element_mode(facts: FileFacts, scope, loop: ast.stmt) -> str:
+    """The mode of each module a `for` loop binds its target to: "trained" ("eval") when the
+    loop runs over new modules each in that mode, which nothing can have switched since they
+    were built; else "unknown"."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)):
+        return "unknown"
+    elements = _new_elements(facts, scope, loop)
+    modes = {binding_mode(facts, scope, loop.target.id, e, loop) for e in elements or ()}
+    return modes.pop() if len(modes) == 1 and modes <= {"trained", "eval"} else "unknown"
+
+
+def _new_elements(facts: FileFacts, scope, loop: ast.For) -> list[ast.Call] | None:
+    """The calls that build the elements ``loop`` iterates over, each a new object: a list or
+    tuple of calls written in the loop header, or a local list that every assignment reaching
+    the loop binds to one (`[Net() for _ in range(5)]`, `[A(), B()]`, `[]` then
+    `models.append(Net())`), with no other use of its name between that assignment and the
+    end of the loop and none in any other function. None otherwise (`[net] * 3` holds one
+    module three times; `models[0].eval()` may switch one)."""
+    if isinstance(loop.iter, (ast.List, ast.Tuple)):
+        return list(loop.iter.elts) if all(isinstance(e, ast.Call) for e in loop.iter.elts) else None
+    if not isinstance(loop.iter, ast.Name):
+        return None
+    name = loop.iter.id
+    reaching = _reaching_assignments(facts, name, loop.iter)
+    if not reaching:
+        return None
+    elements: list[ast.Call] = []
+    for stmt in reaching:
+        value = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        if not (isinstance(stmt.targets[0], ast.Name) if value is not None else False):
+            return None
+        if isinstance(value, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Call) for e in value.elts):
+            elements += value.elts
+        elif isinstance(value, ast.ListComp) and isinstance(value.elt, ast.Call):
+            elements.append(value.elt)
+        else:
+            return None
+        if any(not any(is_descendant(facts, stmt, l) for l in own_loops_around(facts, stmt, scope) if l is outer)
+               for outer in own_loops_around(facts, loop, scope)):
+            return None  # a loop around this one runs it again over modules the last round used
+    first = min(map(pos, reaching))
+    uses = facts.memo(("module_mode.name_uses", name), lambda: [n for n in ast.walk(facts.tree) if isinstance(n, ast.Name) and n.id == name])
+    for use in uses:
+        if use is loop.iter or any(is_descendant(facts, use, r) for r in reaching):
+            continue
+        if facts.function_of.get(use) is not scope:
+            return None  # another function may switch them when it runs
+        if first < pos(use) <= pos_end(loop):
+            append = facts.parents.get(use)
+            call = facts.parents.get(append)
+            if not (isinstance(append, ast.Attribute) and append.attr == "append" and isinstance(call, ast.Call)
+                    and call.func is append and len(call.args) == 1 and isinstance(call.args[0], ast.Call)
+                    and isinstance(facts.parents.get(call), ast.Expr)):
+                return None
+            elements.append(call.args[0])
+    return elements
+
+
+def pos_end(node: ast.AST) -> tuple[int, int]:
+    return (node.end_lineno, node.end_col_offset)
 
 
 def _binding_item(facts: FileFacts, scope, name: str, value: ast.AST, stmt: ast.stmt) -> ModeItem | None:
@@ -1500,7 +1564,8 @@ def plan_train_insertion(
 
 def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
     """Every call of ``scope`` in the file hands in, for its parameter ``module``, a module in
-    train mode there on every path (just built, or `.train()`-ed), and there is one."""
+    train mode there on every path (just built, or `.train()`-ed; `fit(Net(), data)` too), and
+    there is one."""
     if scope is None or module not in _parameter_names(scope):
         return False
     outside = [c for c in callers(facts, scope) if facts.function_of.get(c) is not scope]
@@ -1508,7 +1573,10 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
         caller = facts.function_of.get(call)
         argument = _argument_for(scope, call, module)
         name = dotted_name(argument) if argument is not None else None
-        if name is None or not modes_at(facts, caller, call, evaluation_items(facts, caller, {name})) <= {TRAIN, TRAINED}:
+        if name is None:
+            if argument is None or binding_mode(facts, caller, "", argument, call) != "trained":
+                return False
+        elif not modes_at(facts, caller, call, evaluation_items(facts, caller, {name})) <= {TRAIN, TRAINED}:
             return False
     return bool(outside)
 

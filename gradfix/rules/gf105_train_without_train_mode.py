@@ -55,7 +55,8 @@ class TrainWithoutTrainMode(Rule):
     around some optimizer step (a reference forward before the training loop is none), and a
     method of the file's classes that switches its own object (`probe.train_head()`) is a
     switch where it is called. A function that every call in the file hands a module in train
-    mode (built just before the call, or `.train()`-ed) starts in train mode, so only its own
+    mode (built just before the call or in the call, `.train()`-ed, or taken by a loop over
+    new modules: `for net in [MLP() for _ in range(5)]:`) starts in train mode, so only its own
     evaluations can leave the module in eval mode. It reports what the file does: an evaluation that lacks
     `.eval()` is GF104's, and once GF104's fix has put a `.eval()` in the file, GF105 reports
     the loops.

@@ -114,3 +114,69 @@ def test_without_gf402_the_else_branch_stays():
     fixed = _fix(_loader(), only_401)
     assert "        else:\n            im = Variable(im)\n        net(im)" in fixed, fixed  # only GF401's line goes
 
+
+ENSEMBLE = """\
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.2))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+def fit(net, x):
+    opt = torch.optim.Adam(net.parameters())
+    for _ in range(3):
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+    return net
+
+
+def score(net, x):
+    net.eval()
+    return net(x)
+
+
+net = fit(MLP(), 1)
+score(net, 1)
+{build}
+for net in models:
+    fit(net, 1)
+"""
+GF105 = Settings(select=("GF105",))
+
+
+def test_a_loop_over_new_modules_hands_each_to_training_in_train_mode():
+    for build in (
+        "models = [MLP() for _ in range(5)]",
+        "models = [MLP(), MLP().to('cpu')]",
+        "models = []\nfor _ in range(5):\n    models.append(MLP())",
+    ):
+        assert check(ENSEMBLE.format(build=build), "t.py", GF105) == [], build
+
+
+def test_a_loop_over_modules_that_may_have_been_switched_is_of_unknown_mode():
+    for build in (
+        "models = [net, net]",  # the module `score` left in eval mode
+        "models = [MLP()] * 3",  # one module, three times
+        "models = [MLP() for _ in range(5)]\nmodels[0].eval()",
+        "models = [MLP() for _ in range(5)]\nfor m in models:\n    score(m, 1)",
+        "models = [MLP() for _ in range(5)]\ndef peek():\n    models[0].eval()\npeek()",
+        "models = [MLP().eval() for _ in range(5)]",
+    ):
+        found = check(ENSEMBLE.format(build=build), "t.py", GF105)
+        assert [f.code for f in found] == ["GF105"], build
+
+
+def test_a_loop_run_again_by_an_outer_loop_sees_the_modules_the_last_round_left():
+    source = ENSEMBLE.format(build="models = [MLP() for _ in range(5)]").replace(
+        "for net in models:\n    fit(net, 1)\n",
+        "for epoch in range(3):\n    for net in models:\n        fit(net, 1)\n        score(net, 1)\n",
+    )
+    assert [f.code for f in check(source, "t.py", GF105)] == ["GF105"]
