@@ -462,8 +462,12 @@ def outer_disabled_region(facts: FileFacts, node: ast.AST) -> GradRegion | None:
 
 
 def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
-    """Names that mean one of ``names`` inside ``func`` when ``call`` calls it."""
-    inside = set(names)
+    """Names that mean one of ``names`` inside ``func`` when ``call`` calls it: the parameters
+    the call hands them to, and the names themselves unless a parameter of ``func`` shadows
+    them (`def evaluate(model)` called as `evaluate(eval_model)` switches `eval_model`, not the
+    caller's `model`); `self.x` stays `self.x` (a method called on the same object)."""
+    shadowing = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+    inside = {n for n in names if n.split(".", 1)[0] in ("self", "cls") or n.split(".", 1)[0] not in shadowing}
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
         params = params[1:]
@@ -1244,7 +1248,7 @@ def sensitivity_of(facts: FileFacts) -> Sensitivity:
     return facts.memo(("module_mode.sensitivity",), compute)
 
 
-def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
+def module_sensitivity(facts: FileFacts, module: str, at: ast.AST, attr: str | None = None) -> str:
     """``sensitive``/``free``/``unknown`` for the module expression ``module`` (a dotted name)
     at ``at``, from the bindings of that name that ``at`` can see: ``model = Net()`` with
     ``Net`` defined here or anywhere in the project, ``nn.Sequential(...)``, a model-zoo
@@ -1254,10 +1258,13 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST) -> str:
     calls that may run the function pass (a call whose argument nothing binds raises NameError
     and passes nothing). A name with no visible binding is unknown. Read in the scope that binds
     it, a name is what the assignments reaching that read bound (`model = Net()` in one notebook
-    cell, `model = NetDropout()` in a later one)."""
+    cell, `model = NetDropout()` in a later one). With ``attr``, the verdict for calling
+    ``module.attr(...)``: a method of the module's project class is judged by what it runs
+    (`model.inference(x)` that reads no mode and runs mode-free layers is free, whatever the
+    forward does)."""
     reaching = _reaching_bindings(facts, module, at)
-    key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at), reaching)
-    return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset()))
+    key = ("module_mode.module_sensitivity", module, _class_key(facts, module, at), reaching, attr)
+    return facts.memo(key, lambda: _sensitivity(facts, module, at, 0, frozenset(), attr))
 
 
 def _reaching_bindings(facts: FileFacts, module: str, at: ast.AST) -> frozenset[ast.stmt] | None:
@@ -1293,7 +1300,7 @@ def _reaching_assignments(facts: FileFacts, module: str, at: ast.AST) -> frozens
     return frozenset(found)
 
 
-def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: frozenset) -> str:
+def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: frozenset, attr: str | None = None) -> str:
     """``busy``: bindings being judged (``model = DDP(model)`` reads the earlier binding)."""
     if depth > 4:
         return UNKNOWN
@@ -1317,15 +1324,15 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
             if dotted_name(target) == module:
                 if _rebinds_itself(facts, value, module):
                     continue  # `m = torch.compile(m)`, `m = m.cuda()`: the kinds of the other bindings
-                verdicts.append(_value_verdict(facts, sens, names, value, None, node, depth, busy))
+                verdicts.append(_value_verdict(facts, sens, names, value, None, node, depth, busy, attr))
             elif isinstance(target, (ast.Tuple, ast.List)):
                 for index, element in enumerate(target.elts):
                     if dotted_name(element) != module:
                         continue
                     if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-                        verdicts.append(_value_verdict(facts, sens, names, value.elts[index], None, node, depth, busy))
+                        verdicts.append(_value_verdict(facts, sens, names, value.elts[index], None, node, depth, busy, attr))
                     else:
-                        verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy))
+                        verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy, attr))
     if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
         for call in callers(facts, scope):
             if facts.function_of.get(call) is not scope:
@@ -1333,7 +1340,7 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
                 if isinstance(arg, ast.Name) and unbound(facts, arg):
                     continue  # `f(model)` where nothing binds `model`: NameError, it runs nothing
                 name = dotted_name(arg) if arg is not None else None
-                verdicts.append(_sensitivity(facts, name, call, depth + 1, busy) if name else UNKNOWN)
+                verdicts.append(_sensitivity(facts, name, call, depth + 1, busy, attr) if name else UNKNOWN)
     return combine(verdicts) if verdicts else UNKNOWN
 
 
@@ -1431,22 +1438,23 @@ def _rebinds_itself(facts: FileFacts, value: ast.AST, module: str) -> bool:
     return is_wrapper and wrapped is not None and dotted_name(wrapped) == module
 
 
-def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int | None, node, depth: int, busy: frozenset) -> str:
-    """The verdict for binding ``value`` (element ``index`` of it when unpacked)."""
+def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int | None, node, depth: int, busy: frozenset, attr=None) -> str:
+    """The verdict for binding ``value`` (element ``index`` of it when unpacked); with
+    ``attr``, for calling that attribute of it."""
     base = strip_moves(value)
     if isinstance(base, ast.Call):
         wrapper, wrapped = _wrapped(facts, base, index)
         if wrapper:
             name = dotted_name(wrapped) if wrapped is not None else None
             if name is None:
-                return UNKNOWN if wrapped is None else _expression_verdict(sens, names, wrapped)
-            return _sensitivity(facts, name, node, depth + 1, busy | {node})
+                return UNKNOWN if wrapped is None else _expression_verdict(sens, names, wrapped, attr)
+            return _sensitivity(facts, name, node, depth + 1, busy | {node}, attr)
     if index is not None:
         return UNKNOWN  # `net, opt = build(cfg)`: what the call returns is not known here
     alias = dotted_name(base)
     if alias is not None:  # `model = model.cuda()`, `net = model`: the same module
-        return _sensitivity(facts, alias, node, depth + 1, busy | {node})
-    return _expression_verdict(sens, names, value)
+        return _sensitivity(facts, alias, node, depth + 1, busy | {node}, attr)
+    return _expression_verdict(sens, names, value, attr)
 
 
 def _parameter_names(func) -> set[str]:
@@ -1491,12 +1499,14 @@ def _binding_scope(facts: FileFacts, module: str, at: ast.AST):
     return None
 
 
-def _expression_verdict(sens: Sensitivity, names: dict[str, str], value: ast.AST) -> str:
+def _expression_verdict(sens: Sensitivity, names: dict[str, str], value: ast.AST, attr: str | None = None) -> str:
     value = strip_moves(value)
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "eval":
         value = strip_moves(value.func.value)
     if not isinstance(value, ast.Call):
         return UNKNOWN
+    if attr is not None:
+        return sens.called_attribute(value, names, attr)
     calls = [n for n in ast.walk(value) if isinstance(n, ast.Call)]
     return combine(sens.built(c, names, 0) for c in calls)
 

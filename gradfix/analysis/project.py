@@ -53,6 +53,14 @@ _RUNNING_STATS = frozenset({"InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"
 _RNN = {"RNN": 4, "LSTM": 4, "GRU": 4, "MultiheadAttention": 2}  # name -> position of `dropout`
 # Drop-in replacements of torch.nn layers in other libraries (same constructor arguments).
 _OPACUS_LAYERS = {"DPLSTM": "LSTM", "DPGRU": "GRU", "DPRNN": "RNN", "DPMultiheadAttention": "MultiheadAttention"}
+# PyTorch Geometric layers with no dropout, normalisation or `self.training` read and no
+# module argument (checked in pyg-team/pytorch_geometric@5c6461b: torch_geometric/nn/conv/ and
+# models/lightgcn.py); GATConv, APPNP, CGConv(batch_norm=True)... are not among them.
+_PYG_MODE_FREE = frozenset(
+    """SAGEConv GCNConv GraphConv ChebConv SGConv SSGConv TAGConv LGConv GCN2Conv
+    ResGatedGraphConv GatedGraphConv SplineConv GMMConv FeaStConv LEConv ClusterGCNConv EGConv
+    GravNetConv SimpleConv AGNNConv MixHopConv RGCNConv LightGCN""".split()
+)
 _MODE_FUNCTIONS = re.compile(r"^(dropout\w*|\w*_dropout|batch_norm|instance_norm|drop_path\w*|DropPath|alpha_dropout|rrelu)$")
 
 
@@ -389,6 +397,8 @@ class Sensitivity:
         last = qualname.rpartition(".")[2]
         if qualname.startswith("opacus.") and last in _OPACUS_LAYERS:  # DPLSTM: torch's LSTM, per-sample grads
             return torch_layer_verdict(_OPACUS_LAYERS[last], call) or UNKNOWN
+        if qualname.startswith("torch_geometric.nn.") and last in _PYG_MODE_FREE:
+            return FREE
         if depth > 8:
             return UNKNOWN
         found = self._defining_module(qualname, near)
@@ -480,6 +490,80 @@ class Sensitivity:
         self._classes[key] = result = combine(verdicts)
         return result
 
+    def called_attribute(self, value: ast.AST, names: dict[str, str], attr: str) -> str:
+        """Verdict for ``m.attr(...)`` where ``m = value``: the method ``attr`` of the project
+        class ``value`` builds when it defines one (:meth:`_method`), else the verdict of the
+        module itself (``attr`` is a submodule, or the class is not the project's)."""
+        value = strip_moves(value)
+        qual = qualify(names, value.func) if isinstance(value, ast.Call) else None
+        found = self._defining_module(qual, None) if qual else None
+        cls = _top_level_definition(found[1], qual.rpartition(".")[2]) if found else None
+        if isinstance(cls, ast.ClassDef):
+            try:
+                if any(_defines(cls, attr)):
+                    return self._method(found[0], cls, found[2], attr, 0, set())
+                verdict = self._submodule(found[0], cls, found[2], attr, 0)
+                if verdict is not None:
+                    return verdict
+            except RecursionError:
+                return UNKNOWN
+        if not isinstance(value, ast.Call):
+            return UNKNOWN
+        return combine(self.built(c, names, 0) for c in ast.walk(value) if isinstance(c, ast.Call))
+
+    def _method(self, module: str, cls: ast.ClassDef, names: dict[str, str], name: str, depth: int, seen: set) -> str:
+        """What running method ``name`` of ``cls`` reads of the mode: sensitive when it reads
+        ``self.training`` or calls functional dropout, or runs ``self(...)``/``self.forward``
+        of a sensitive class, or a submodule built sensitive; free when everything it runs on
+        ``self`` is known to be mode-free; unknown otherwise."""
+        if name in seen or depth > 8:
+            return FREE if name in seen else UNKNOWN  # a cycle adds nothing new
+        seen.add(name)
+        func = next(_defines(cls, name))
+        if _reads_mode(func):
+            return SENSITIVE
+        verdicts = []
+        for node in ast.walk(func):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "self":
+                verdicts.append(self._class(module, cls, names, depth + 1))  # self(x): the forward
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"):
+                continue
+            if node.attr == "forward" or node.attr == "__call__":
+                verdicts.append(self._class(module, cls, names, depth + 1))
+            elif any(_defines(cls, node.attr)):
+                verdicts.append(self._method(module, cls, names, node.attr, depth + 1, seen))
+            elif _runs(func, node):
+                verdicts.append(self._submodule(module, cls, names, node.attr, depth + 1) or UNKNOWN)
+            if verdicts and verdicts[-1] == SENSITIVE:
+                return SENSITIVE
+        return combine(verdicts)
+
+    def _submodule(self, module: str, cls: ast.ClassDef, names: dict[str, str], attr: str, depth: int) -> str | None:
+        """The verdict of what the class binds to ``self.attr`` (``self.attr = X(...)``,
+        ``self.attr.append(X(...))`` in its constructor); unknown when it binds anything but
+        calls (``self.attr = layer``, ``nn.Sequential(*layers)``), None when it binds nothing."""
+        values = []
+        for call in _building_calls(cls):
+            f = call.func
+            if isinstance(f, ast.Attribute) and f.attr in ("append", "extend", "insert", "add_module") and _is_self_attr(f.value, attr):
+                values += call.args
+        for stmt in ast.walk(cls):
+            if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                if any(_is_self_attr(t, attr) for t in targets):
+                    values.append(stmt.value)
+        if not values:
+            return None
+        verdicts = []
+        for value in values:
+            calls = [c for c in ast.walk(value) if isinstance(c, ast.Call)]
+            if not isinstance(strip_moves(value), (ast.Call, ast.List, ast.Tuple, ast.ListComp)) or any(
+                isinstance(n, ast.Starred) for n in ast.walk(value)
+            ):
+                return UNKNOWN
+            verdicts += [self.built(c, names, depth, module) for c in calls]
+        return combine(verdicts)
+
     def built(self, call: ast.Call, names: dict[str, str], depth: int, near: str | None = None) -> str:
         from gradfix.facts import dotted_name
 
@@ -517,6 +601,28 @@ class Sensitivity:
             else:
                 verdicts.append(self.of_call(strip_moves(value), names, depth, module))
         return combine(verdicts)
+
+
+def _defines(cls: ast.ClassDef, name: str):
+    """The methods named ``name`` in the body of ``cls``."""
+    return (m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and m.name == name)
+
+
+def _is_self_attr(node: ast.AST, attr: str) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _runs(func, node: ast.Attribute) -> bool:
+    """``self.attr`` is run in ``func``: called (``self.attr(x)``, ``self.attr[i](x)``) or
+    iterated (``for layer in self.attr:``); a read of a number (``self.num_layers``) runs nothing."""
+    for parent in ast.walk(func):
+        if isinstance(parent, ast.Call) and (parent.func is node or isinstance(parent.func, ast.Subscript) and parent.func.value is node):
+            return True
+        if isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is node:
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("zip", "enumerate") and node in parent.args:
+            return True
+    return False
 
 
 def _building_calls(cls: ast.ClassDef) -> list[ast.Call]:

@@ -86,16 +86,20 @@ def _evaluated_module(facts: FileFacts, call: ast.Call, target: str) -> tuple[st
     saved weights into it (with random weights it computes nothing to evaluate). Never
     something that is no nn.Module at all (it has no `.eval()`)."""
     parts = target.split(".")
-    for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)):
+    for i in range(len(parts), 0, -1):
+        p = ".".join(parts[:i])
         if not_a_module(facts, p, call):
             return None
+        # `model.inference(x)` runs that attribute of the module (a method or a submodule):
+        # its kind is what that runs
+        attr = parts[i] if i < len(parts) else None
         nodes = evidence_for(facts, p, call)
         if nodes:
-            if module_sensitivity(facts, p, call) == FREE:
+            if module_sensitivity(facts, p, call, attr) == FREE:
                 return None  # `.eval()` would change nothing
             return p, f"trained at line {nodes[0].lineno}"
         own = fresh_local(facts, p, call)
-        if own is not None and module_sensitivity(facts, p, call) == SENSITIVE:
+        if own is not None and module_sensitivity(facts, p, call, attr) == SENSITIVE:
             built = [b for b in built_here(facts, own, p) if pos(b) < pos(call)]
             loaded = loads_saved_weights(facts, own, p, call) if built else None
             if loaded is not None:
@@ -134,7 +138,10 @@ class NoGradWithoutEval(Rule):
     A module that is mode-free (every layer it builds acts the same in both modes: `Linear`,
     `ReLU`, `Conv2d`, `LayerNorm`, an LSTM without dropout...; judged across the project's
     files when gradfix runs on a tree) is never reported: `.eval()` would change nothing.
-    Unknown is unknown, not mode-free: a trained module of unknown kind is reported.
+    Unknown is unknown, not mode-free: a trained module of unknown kind is reported. A call of
+    another method (`model.inference(x)`, `model.head(x)`) is judged by what that method or
+    submodule of the project class runs, not by the forward: one that reads no mode and runs
+    only mode-free layers (PyTorch Geometric's `SAGEConv`, `GCNConv`... included) is not reported.
 
     Not evaluation, left alone: functions whose caller owns the mode (`forward`, `*_step`,
     `on_*` hooks, framework methods such as a LightningModule's, registered hooks, methods of a

@@ -180,3 +180,126 @@ def test_a_loop_run_again_by_an_outer_loop_sees_the_modules_the_last_round_left(
         "for epoch in range(3):\n    for net in models:\n        fit(net, 1)\n        score(net, 1)\n",
     )
     assert [f.code for f in check(source, "t.py", GF105)] == ["GF105"]
+
+
+METHOD = """\
+import torch
+from torch import nn
+import torch.nn.functional as F
+from somewhere import Conv
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        return self.drop(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.num_layers = n
+        self.encoder = Encoder()
+        self.head = nn.Linear(4, 2)
+        self.convs = nn.ModuleList()
+        for _ in range(n):
+            self.convs.append(Conv(4, 4))
+
+    def forward(self, x):
+        return F.dropout(self.head(self.encoder(x)), 0.5, self.training)
+
+    def project(self, x):
+        return self.head(x)
+
+    def embed(self, x):
+        return self.encoder(x)
+
+    def layerwise(self, x):
+        for i in range(self.num_layers):
+            x = F.relu(self.convs[i](x))
+        return x
+
+    def noisy(self, x):
+        return F.dropout(x, 0.5, self.training)
+
+    def twice(self, x):
+        return self(x) + self.project(x)
+
+
+def train(model, opt, data):
+    for x in data:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+
+def evaluate(model, data):
+    with torch.no_grad():
+        return [model.{method}(x) for x in data]
+
+
+model = Net(2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+train(model, opt, [])
+evaluate(model, [])
+"""
+GF104 = Settings(select=("GF104",))
+
+
+def test_a_method_call_is_judged_by_what_the_method_runs():
+    reported = {m for m in ("project", "embed", "layerwise", "noisy", "twice", "encoder", "head")
+                if check(METHOD.format(method=m), "t.py", GF104)}
+    # `project` runs a Linear, `head` is one: `.eval()` changes nothing there, whatever the
+    # forward does; `layerwise` runs layers of unknown kind (reported, as a forward of them is)
+    assert reported == {"embed", "layerwise", "noisy", "twice", "encoder"}, reported
+    assert check(METHOD.format(method="__call__"), "t.py", GF104)  # model.__call__(x) is the forward
+
+
+def test_pyg_layers_without_dropout_or_norm_are_mode_free():
+    source = METHOD.format(method="layerwise").replace("from somewhere import Conv", "from torch_geometric.nn import SAGEConv as Conv")
+    assert check(source, "t.py", GF104) == []
+    lightgcn = textwrap.dedent(
+        """        import torch
+        from torch_geometric.nn import {name}
+        model = {name}(10, 4)
+        opt = torch.optim.Adam(model.parameters())
+        def train(x):
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        @torch.no_grad()
+        def test(x):
+            return model.get_embedding(x), model(x)
+        """
+    )
+    assert check(lightgcn.format(name="LightGCN"), "t.py", GF104) == []
+    assert len(check(lightgcn.format(name="GATConv"), "t.py", GF104)) == 1  # attention dropout
+
+
+def test_a_helper_whose_parameter_shares_the_name_switches_only_what_it_is_handed():
+    # `evaluate(eval_model)`: its `model.eval()` switches the copy, not the caller's `model`
+    source = textwrap.dedent(
+        """\
+        import torch
+        def evaluate(model, loader):
+            model.eval()
+            with torch.no_grad():
+                return [model(x) for x in loader]
+        def train(model, opt, loader, make):
+            model.train()
+            for epoch in range(3):
+                for x in loader:
+                    opt.zero_grad()
+                    model(x).sum().backward()
+                    opt.step()
+                eval_model = make()
+                eval_model.load_state_dict(model.state_dict())
+                evaluate(eval_model, loader)
+        """
+    )
+    assert check(source, "t.py", GF105) == []
+    assert [f.code for f in check(source.replace("evaluate(eval_model, loader)", "evaluate(model, loader)"), "t.py", GF105)] == ["GF105"]
