@@ -426,9 +426,46 @@ def constructor(facts: FileFacts, expr: ast.AST) -> bool | None:
     prefix, _, last = qual.rpartition(".")
     if prefix in ("torch", "torch.cuda") and last in CONSTRUCTORS:
         return CONSTRUCTORS[last] and prefix == "torch"
+    if isinstance(expr.func, ast.Name) and not qual and _legacy_class_alias(facts, expr.func.id):
+        return False  # `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`; `Tensor(n, 1)`
     if isinstance(expr.func, ast.Attribute) and qual == "" and expr.func.attr in NEW_METHODS:
         return NEW_METHODS[expr.func.attr]
     return None
+
+
+def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
+    """``name`` is a global that only ever holds a legacy tensor class: every binding of it in
+    the file is a module-level assignment of ``torch.FloatTensor``, ``torch.cuda.LongTensor``...
+    or a conditional choice between such classes, and no function binds it locally."""
+
+    def legacy(value: ast.AST) -> bool:
+        if isinstance(value, ast.IfExp):
+            return legacy(value.body) and legacy(value.orelse)
+        prefix, _, last = (facts.qualname(value) or "").rpartition(".")
+        return prefix in ("torch", "torch.cuda") and CONSTRUCTORS.get(last) is False
+
+    def compute() -> bool:
+        if any(name in scope.locals for node, scope in facts.scope_of_node.items() if node is not facts.tree):
+            return False
+        values = [
+            a.value for a in facts.nodes_of(ast.Assign)
+            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for t in a.targets for n in ast.walk(t))
+        ]
+        if not values or any(facts.function_of.get(v) is not None for v in values):
+            return False
+        if name in facts.scope_of_node[facts.tree].imports:
+            return False
+        return all(legacy(v) for v in values) and _only_assigned(facts, name, len(values))
+
+    return facts.memo(("provenance.legacy_class_alias", name), compute)
+
+
+def _only_assigned(facts: FileFacts, name: str, assignments: int) -> bool:
+    """Every binding of the global ``name`` is one of its ``assignments`` plain assignments (no
+    `for Tensor in ...`, `with ... as Tensor`, `def Tensor`, `import ... as Tensor`)."""
+    stores = sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(facts.tree))
+    defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name for n in ast.walk(facts.tree))
+    return stores == assignments and not defined
 
 
 def origin(facts: FileFacts, expr: ast.AST) -> Origin | None:

@@ -64,7 +64,9 @@ class VariableWrapper(Rule):
     - a local name is followed to the assignments that may reach the call (one provenance
       query, `gradfix/analysis/provenance.py`): `x = torch.randn(n, 10); y = Variable(x)`
       becomes `y = x` when every assignment that reaches the call binds a fresh tensor, a
-      `.data` or a `.detach()` (through `.cuda()`/`.float()`/... and `x += 1`), and nothing
+      `.data` or a `.detach()` (through `.cuda()`/`.float()`/... and `x += 1`; a global that
+      only ever holds legacy tensor classes, `Tensor = torch.cuda.FloatTensor if cuda else
+      torch.FloatTensor`, builds fresh tensors too), and nothing
       can tell the object from its detached alias: no `requires_grad_()`, no in-place update
       with an operand that may need grad, no handing it to an unknown call, container,
       attribute or closure, and no read of `x` after the call (`x = Variable(x)`, which

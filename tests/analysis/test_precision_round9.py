@@ -280,6 +280,38 @@ def test_pyg_layers_without_dropout_or_norm_are_mode_free():
     assert len(check(lightgcn.format(name="GATConv"), "t.py", GF104)) == 1  # attention dropout
 
 
+LEGACY_ALIAS = """\
+import numpy as np
+import torch
+from torch.autograd import Variable
+
+cuda = torch.cuda.is_available()
+Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+{extra}
+
+def step(D, imgs):
+    valid = Variable(Tensor(imgs.size(0), 1).fill_(1.0), requires_grad=False)
+    z = Variable(Tensor(np.random.normal(0, 1, (imgs.shape[0], 8))))
+    return D(imgs, z), valid
+"""
+
+
+def test_a_global_alias_of_a_legacy_tensor_class_builds_fresh_tensors():
+    fixed = _fix(LEGACY_ALIAS.format(extra=""), Settings(select=("GF402",)))
+    assert "    valid = Tensor(imgs.size(0), 1).fill_(1.0)\n" in fixed, fixed
+    assert "    z = Tensor(np.random.normal(0, 1, (imgs.shape[0], 8)))\n" in fixed, fixed
+
+
+def test_a_name_that_may_hold_something_else_is_no_legacy_class():
+    for extra in (
+        "Tensor = make_tensor_type()",  # a second binding of unknown kind
+        "def set_type(t):\n    global Tensor\n    Tensor = t",
+        "for Tensor in (torch.FloatTensor, torch.DoubleTensor):\n    pass",
+    ):
+        fixed = _fix(LEGACY_ALIAS.format(extra=extra), Settings(select=("GF402",)))
+        assert "fill_(1.0).detach()" in fixed, (extra, fixed)
+
+
 def test_a_helper_whose_parameter_shares_the_name_switches_only_what_it_is_handed():
     # `evaluate(eval_model)`: its `model.eval()` switches the copy, not the caller's `model`
     source = textwrap.dedent(
