@@ -31,6 +31,7 @@ from gradfix.analysis.vocabulary import (
     LOSS_LIKE,
     calls_backward,
     forward_callee,
+    is_optimizer_step,
     module_expression,
     owner_class,
     steps_optimizer,
@@ -212,16 +213,16 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
             continue  # redefined before anything runs it: not what the file trains
         if not (calls_backward(facts, scope) or steps_optimizer(facts, scope)):
             continue
-        # The scope's own `.train()` calls name what it trains; a module it runs but never
-        # switches is kept frozen on purpose (an old model / teacher for distillation).
-        trains_here = [s.receiver for s in own_switches(facts, scope) if s.mode == "train"]
+        # The scope's own `.train()` calls and its optimizers name what it trains; a module it
+        # runs but neither switches nor optimizes is kept frozen on purpose (an old model, a
+        # teacher for distillation): see switches_others_only.
         for call in own_calls(facts, scope):
             name = forward_callee(call)
             if name is None or facts.resolve_name(name.split(".")[0], call) is not None:
                 continue
             if facts.grad_mode_at(call) == "disabled":
                 continue  # a training scope's samples or frozen teacher: not what it trains
-            if trains_here and not any(related(t, name) for t in trains_here):
+            if switches_others_only(facts, scope, name):
                 continue
             if _kept_in_eval(facts, scope, name, call):
                 continue  # `model.eval()` first: an attack's or a sampler's input gradients
@@ -1556,7 +1557,7 @@ def plan_train_insertion(
         if scope is None:
             return Plan("nofix")
         body = scope.body
-        target = body_start(body)
+        target = _after_train_switches(facts, body, body_start(body))
     else:
         body = loop.body
         target = body[0]
@@ -1570,6 +1571,18 @@ def plan_train_insertion(
     if not all_train_at(facts, scope, uses, planned, entry_train):
         return Plan("nofix")
     return Plan("insert", target, loop)
+
+
+def _after_train_switches(facts: FileFacts, body: list[ast.stmt], target: ast.stmt) -> ast.stmt:
+    """The first statement from ``target`` on that is not a `.train()` of some module
+    (`model.train()` first: the new `.train()` goes next to it), or ``target``."""
+    i = body.index(target)
+    while i + 1 < len(body) and isinstance(body[i], ast.Expr) and isinstance(body[i].value, ast.Call):
+        switch = switch_of(body[i].value)
+        if switch is None or switch.mode != "train" or body[i].value.args or body[i].value.keywords:
+            break
+        i += 1
+    return body[i]
 
 
 def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
@@ -1615,33 +1628,70 @@ _PARAMETER_METHODS = ("parameters", "named_parameters")
 
 def optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str] | None:
     """Modules whose parameters the optimizers stepped in ``scope`` update, when the file shows
-    where every one of them is built (`opt = SGD(net.parameters())`); None when unknown."""
+    where every one of them is built (`opt = SGD(net.parameters())`, in ``scope`` or, for an
+    optimizer handed in as a parameter, by every caller: `train(model, predictor, opt)` after
+    `opt = Adam([*model.parameters(), *predictor.parameters()])` updates the `model` and
+    `predictor` parameters); None when unknown."""
     out: set[str] = set()
     for step in steps:
         receiver = dotted_name(step.func.value)
         if receiver is None:
             return None
-        built = []
-        for node in facts.nodes_of(ast.Assign):
-            if isinstance(node.value, ast.Call) and any(
-                dotted_name(t) == receiver for t in node.targets
-            ):
-                # Built in this very scope, or a `self.` attribute of this class: elsewhere the
-                # model may reach this function under another name (`net` passed as `model`).
-                here = facts.function_of.get(node) is scope
-                if (here or receiver.startswith("self.")) and same_object(facts, receiver, node, step):
-                    built.append(node.value)
-        if not built:
-            return None  # passed in: which parameters it holds is unknown
-        for call in built:
-            if not call.args and not call.keywords:
-                return None
-            for node in ast.walk(call):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS:
-                    name = dotted_name(node.func.value)
-                    if name is None:
-                        return None
-                    out.add(name)
+        found = _stepped_modules(facts, scope, receiver, step)
+        if found is None and isinstance(scope, FUNCTIONS) and receiver in _parameter_names(scope):
+            found = _handed_in_optimizer(facts, scope, receiver)
+        if found is None:
+            return None
+        out |= found
+    return out
+
+
+def _handed_in_optimizer(facts: FileFacts, scope, param: str) -> set[str] | None:
+    """For the optimizer parameter ``param`` of ``scope``: the parameters of ``scope`` whose
+    modules the optimizer every caller hands in updates (a module the call does not hand in is
+    not one ``scope`` can name); None when some caller's optimizer is not shown."""
+    calls = [c for c in callers(facts, scope) if facts.function_of.get(c) is not scope]
+    if not calls:
+        return None
+    out: set[str] = set()
+    for call in calls:
+        argument = _argument_for(scope, call, param)
+        name = dotted_name(argument) if argument is not None else None
+        caller = facts.function_of.get(call)
+        found = _stepped_modules(facts, caller, name, call) if name else None
+        if found is None:
+            return None
+        for p in _parameter_names(scope):
+            passed = dotted_name(_argument_for(scope, call, p)) if _argument_for(scope, call, p) is not None else None
+            for module in found if passed else ():
+                if module == passed or module.startswith(passed + "."):
+                    out.add(p + module[len(passed):])
+    return out
+
+
+def _stepped_modules(facts: FileFacts, scope, receiver: str, at: ast.AST) -> set[str] | None:
+    """The modules whose `.parameters()` build the optimizer ``receiver`` that ``at`` in
+    ``scope`` steps or hands on; None when the file does not show where it is built."""
+    built = []
+    for node in facts.nodes_of(ast.Assign):
+        if isinstance(node.value, ast.Call) and any(dotted_name(t) == receiver for t in node.targets):
+            # Built in this very scope, or a `self.` attribute of this class: elsewhere the
+            # model may reach this function under another name (`net` passed as `model`).
+            here = facts.function_of.get(node) is scope
+            if (here or receiver.startswith("self.")) and same_object(facts, receiver, node, at):
+                built.append(node.value)
+    if not built:
+        return None  # passed in: which parameters it holds is unknown
+    out: set[str] = set()
+    for call in built:
+        if not call.args and not call.keywords:
+            return None
+        for node in ast.walk(call):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _PARAMETER_METHODS:
+                name = dotted_name(node.func.value)
+                if name is None:
+                    return None
+                out.add(name)
     return out
 
 
@@ -1750,10 +1800,15 @@ def constructed(stmt: ast.stmt) -> bool:
 
 
 def switches_others_only(facts: FileFacts, scope, module: str) -> bool:
-    """The scope puts other modules into train mode itself but never this one: the author
-    manages modes here and leaves this one (a frozen teacher, a critic) as it is on purpose."""
-    trains = [s for s in own_switches(facts, scope) if s.mode == "train"]
-    return bool(trains) and not any(related(s.receiver, module) for s in trains)
+    """The scope puts other modules into train mode itself but never this one, nor do its
+    optimizers update this one's parameters: the author manages modes here and leaves this one
+    (a frozen teacher, a critic) as it is on purpose."""
+    trains = [s.receiver for s in own_switches(facts, scope) if s.mode == "train"]
+    if not trains or any(related(t, module) for t in trains):
+        return False
+    steps = [c for c in own_calls(facts, scope) if is_optimizer_step(c)]
+    optimized = facts.memo(("module_mode.optimized", id(scope)), lambda: optimized_modules(facts, scope, steps) if steps else None)
+    return not any(related(o, module) for o in optimized or ())
 
 
 def other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:

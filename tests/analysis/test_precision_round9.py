@@ -335,3 +335,50 @@ def test_a_helper_whose_parameter_shares_the_name_switches_only_what_it_is_hande
     )
     assert check(source, "t.py", GF105) == []
     assert [f.code for f in check(source.replace("evaluate(eval_model, loader)", "evaluate(model, loader)"), "t.py", GF105)] == ["GF105"]
+
+
+LINK = """\
+import torch
+import torch.nn.functional as F
+
+
+class Predictor(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 1)
+
+    def forward(self, a, b):
+        return self.lin(F.dropout(a * b, 0.5, training=self.training))
+
+
+def train(model, predictor, loader, optimizer):
+    model.train()
+    for x in loader:
+        optimizer.zero_grad()
+        h = model(x)
+        predictor(h, h).mean().backward()
+        optimizer.step()
+
+
+@torch.no_grad()
+def test(model, predictor, x):
+    model.eval()
+    predictor.eval()
+    return predictor(model(x), model(x))
+
+
+def main(model, loader, x):
+    predictor = Predictor()
+    optimizer = torch.optim.Adam({params})
+    for epoch in range(3):
+        train(model, predictor, loader, optimizer)
+        test(model, predictor, x)
+"""
+
+
+def test_a_module_whose_parameters_the_handed_in_optimizer_updates_is_trained_not_frozen():
+    both = "list(model.parameters()) + list(predictor.parameters())"
+    found = check(LINK.format(params=both), "t.py", GF105)
+    assert [(f.code, "predictor" in f.message) for f in found] == [("GF105", True)], found
+    # an optimizer of `model` alone: `predictor` is run frozen on purpose, as a teacher is
+    assert check(LINK.format(params="model.parameters()"), "t.py", GF105) == []
