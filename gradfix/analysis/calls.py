@@ -128,6 +128,12 @@ def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
             if i == 0 and name in flow.bound:
                 return _binding(flow.bound[name])
             return _local_bindings(facts, scope, name.id)
+    if scopes and _module_level_bindings(facts)[name.id] == 1:
+        # bound once, by a def at the top of the module: what every function sees (the module's
+        # reaching definitions would say the same, at the price of a walk of the whole module)
+        top = next((s for s in facts.tree.body if isinstance(s, _DEFS) and s.name == name.id), None)
+        if top is not None:
+            return Binding((top,), name.id in facts.declared_global)
     flow = reaching_definitions(facts, None)
     if not scopes and name in flow.bound:
         found = _binding(flow.bound[name])
@@ -257,7 +263,11 @@ def _dead(facts: FileFacts) -> frozenset:
 def _module_level_bindings(facts: FileFacts) -> Counter:
     """How many statements of the module's own code (not of function or class bodies) bind
     each name; an over-count (a comprehension's variable, a handler's body read twice) only
-    costs :func:`_dead` its fast path."""
+    costs :func:`_dead` and :func:`_name_binding` their fast paths."""
+    return facts.memo(("calls.module_level_bindings",), lambda: _count_module_level_bindings(facts))
+
+
+def _count_module_level_bindings(facts: FileFacts) -> Counter:
     counts: Counter = Counter()
     todo = list(facts.tree.body)
     while todo:

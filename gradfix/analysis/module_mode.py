@@ -320,9 +320,8 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
                         nodes.append(call)
         return list(dict.fromkeys(nodes))
     if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
-        for call in facts.calls:  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
-            caller = facts.function_of.get(call)
-            if caller is func or func not in callees(facts, call).defs:
+        for call in callers(facts, func):  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
+            if facts.function_of.get(call) is func:
                 continue
             for arg in (*call.args, *(k.value for k in call.keywords)):
                 passed = dotted_name(arg)
