@@ -74,6 +74,23 @@ def callers(facts: FileFacts, func) -> list[ast.Call]:
     return _callers(facts).get(func, [])
 
 
+def argument_for(func, call: ast.Call, param: str) -> ast.expr | None:
+    """The argument ``call`` passes for ``func``'s parameter ``param`` (``self`` bound by a
+    method call), or None: a default, or unknown behind ``*args``/``**kwargs``."""
+    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    if isinstance(call.func, ast.Attribute) and positional[:1] in (["self"], ["cls"]):
+        positional = positional[1:]
+    for kw in call.keywords:
+        if kw.arg == param:
+            return kw.value
+    if param in positional and positional.index(param) < len(call.args):
+        index = positional.index(param)
+        if any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+            return None
+        return call.args[index]
+    return None
+
+
 def dead(facts: FileFacts, func) -> bool:
     """``func`` never runs: a def at module level (or in a function) whose binding no read of
     the name can see and that the module does not leave bound (``def f`` … ``def f`` again,

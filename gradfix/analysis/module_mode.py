@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gradfix.analysis.calls import callee, callees, callers, dead, unbound
+from gradfix.analysis.calls import argument_for, callee, callees, callers, dead, unbound
 from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, innermost_statement, not_instance_flow
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, qualify, strip_moves
@@ -574,7 +574,7 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
         known = set(names) | {p for p in passed if any(related(p, r) for r in switched)}
         # what the caller hands in for the module parameter: its bindings set the mode too
         # (`model = Auto.from_pretrained(..)` is in eval mode with no `.eval()` anywhere)
-        handed = {dotted_name(_argument_for(func, call, n)) for n in {m.split(".", 1)[0] for m in names} & params}
+        handed = {dotted_name(argument_for(func, call, n)) for n in {m.split(".", 1)[0] for m in names} & params}
         handed -= {None}
         if any(any(related(r, n) for n in known) for r in switched):
             if _set_at(facts, scope, call, known | handed, allowed):
@@ -1336,7 +1336,7 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
     if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
         for call in callers(facts, scope):
             if facts.function_of.get(call) is not scope:
-                arg = _argument_for(scope, call, module)
+                arg = argument_for(scope, call, module)
                 if isinstance(arg, ast.Name) and unbound(facts, arg):
                     continue  # `f(model)` where nothing binds `model`: NameError, it runs nothing
                 name = dotted_name(arg) if arg is not None else None
@@ -1362,7 +1362,7 @@ def _wrapped(facts: FileFacts, base: ast.AST, index: int | None) -> tuple[bool, 
     if helper is not None and index is None:
         param = _passed_through(facts, helper)
         if param is not None:
-            return True, _argument_for(helper, base, param)
+            return True, argument_for(helper, base, param)
     if not (facts.call_qualname(base) in _WRAPPER_CALLS or (isinstance(func, ast.Attribute) and func.attr in _WRAPPER_METHODS)):
         return False, None
     i = index or 0
@@ -1460,19 +1460,6 @@ def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int |
 def _parameter_names(func) -> set[str]:
     a = func.args
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
-
-
-def _argument_for(func, call: ast.Call, param: str) -> ast.expr | None:
-    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
-    if isinstance(call.func, ast.Attribute) and positional[:1] in (["self"], ["cls"]):
-        positional = positional[1:]
-    for kw in call.keywords:
-        if kw.arg == param:
-            return kw.value
-    if param in positional and positional.index(param) < len(call.args):
-        arg = call.args[positional.index(param)]
-        return None if isinstance(arg, ast.Starred) else arg
-    return None
 
 
 def _class_key(facts: FileFacts, module: str, at: ast.AST):
@@ -1593,7 +1580,7 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
     outside = [c for c in callers(facts, scope) if facts.function_of.get(c) is not scope]
     for call in outside:
         caller = facts.function_of.get(call)
-        argument = _argument_for(scope, call, module)
+        argument = argument_for(scope, call, module)
         name = dotted_name(argument) if argument is not None else None
         if name is None:
             if argument is None or binding_mode(facts, caller, "", argument, call) != "trained":
@@ -1654,14 +1641,15 @@ def _handed_in_optimizer(facts: FileFacts, scope, param: str) -> set[str] | None
         return None
     out: set[str] = set()
     for call in calls:
-        argument = _argument_for(scope, call, param)
+        argument = argument_for(scope, call, param)
         name = dotted_name(argument) if argument is not None else None
         caller = facts.function_of.get(call)
         found = _stepped_modules(facts, caller, name, call) if name else None
         if found is None:
             return None
         for p in _parameter_names(scope):
-            passed = dotted_name(_argument_for(scope, call, p)) if _argument_for(scope, call, p) is not None else None
+            arg = argument_for(scope, call, p)
+            passed = dotted_name(arg) if arg is not None else None
             for module in found if passed else ():
                 if module == passed or module.startswith(passed + "."):
                     out.add(p + module[len(passed):])

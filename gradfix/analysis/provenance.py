@@ -45,7 +45,7 @@ VARIABLE = "torch.autograd.Variable"
 # tests/facts/test_gf402_facts.py); those that also take ``requires_grad=`` are marked True.
 CONSTRUCTORS = {
     **dict.fromkeys(
-        "zeros ones empty full rand randn randint randperm arange linspace logspace eye tensor "
+        "zeros ones empty full rand randn randint randperm arange range linspace logspace eye tensor "
         "zeros_like ones_like empty_like full_like rand_like randn_like".split(),
         True,
     ),
@@ -649,12 +649,15 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
         return None
     flow = reaching_definitions(facts, func)
     definitions = flow.reaching.get(name) or frozenset({UNKNOWN})
+    entry = None
     if UNKNOWN in definitions and conv is None:
-        return None
+        entry = _parameter_origin(facts, func, name, seen, depth)  # what the callers hand in
+        if entry is None:
+            return None
     parts = []
     for definition in definitions:
         if definition is UNKNOWN:
-            parts.append(Origin(ASSUMED))  # an argument, a global: a hyperparameter by convention
+            parts.append(entry or Origin(ASSUMED))  # (by convention: an argument, a global is a hyperparameter)
             continue
         if definition in seen:
             return None  # `x = x.cuda()` in a loop: its own earlier value
@@ -664,6 +667,26 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
         return None
     line = min(getattr(d.node, "lineno", 0) for d in definitions)
     return Origin(found.kind, name, line)
+
+
+def _parameter_origin(facts, func, name: ast.Name, seen, depth) -> Origin | None:
+    """A parameter that no statement of ``func`` rebinds before ``name`` reads it holds a loader
+    batch when every call of ``func`` in the file hands it one (`train_batch(opt, batch, label)`
+    inside `for batch, label in loader:`); a fresh tensor is not followed so (a caller in another
+    file may hand in one that requires grad, and dropping the wrapper would then keep its graph)."""
+    from gradfix.analysis.calls import argument_for, callers  # calls builds on this module
+
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or (func, name.id) in seen:
+        return None
+    calls = [c for c in callers(facts, func) if facts.function_of.get(c) is not func]
+    if not calls:
+        return None
+    for call in calls:
+        argument = argument_for(func, call, name.id)
+        found = _origin(facts, argument, seen | {(func, name.id)}, depth + 1) if argument is not None else None
+        if found is None or found.kind != BATCH:
+            return None
+    return Origin(BATCH, name, func.lineno)
 
 
 def _comprehension_source(facts, name: ast.Name) -> ast.expr | None:

@@ -76,7 +76,9 @@ class VariableWrapper(Rule):
     - a name a `for` loop takes from a data loader (`for data, target in train_loader:`,
       also through `tqdm(..)`/`enumerate(..)`, any wrapper handed the loader first and a name
       bound to one), directly, through assignments (`inputs, labels = batch`, `data =
-      data.cuda()`) or as the element of a comprehension over it (`[Variable(d) for d in data]`):
+      data.cuda()`), as the element of a comprehension over it (`[Variable(d) for d in data]`)
+      or as a parameter that every call in the file hands a batch (`self.train_batch(opt,
+      batch, label)` in the loop):
       **unsafe**, the wrapper goes on the assumption that the batch needs no grad (a custom
       collate could hand out tensors that do); a line that would then read `data, target =
       data, target` is removed (one-line, no comment on the line, not alone in its block;

@@ -382,3 +382,33 @@ def test_a_module_whose_parameters_the_handed_in_optimizer_updates_is_trained_no
     assert [(f.code, "predictor" in f.message) for f in found] == [("GF105", True)], found
     # an optimizer of `model` alone: `predictor` is run frozen on purpose, as a teacher is
     assert check(LINK.format(params="model.parameters()"), "t.py", GF105) == []
+
+
+PARAM_BATCH = """\
+from torch.autograd import Variable
+
+
+class Trainer:
+    def train_batch(self, optimizer, batch, label, cuda):
+        if cuda:
+            batch = batch.cuda()
+        loss = self.criterion(self.model(Variable(batch)), Variable(label))
+        loss.backward()
+        optimizer.step()
+
+    def train_epoch(self, optimizer, cuda):
+        for i, (batch, label) in enumerate(self.train_loader):
+            self.train_batch(optimizer, batch, label, cuda)
+{more}
+"""
+
+
+def test_a_parameter_every_caller_hands_a_loader_batch_is_a_loader_batch():
+    fixed = _fix(PARAM_BATCH.format(more=""), Settings(select=("GF402",), unsafe_fixes=True))
+    assert "self.criterion(self.model(batch), label)" in fixed, fixed
+
+
+def test_a_parameter_some_caller_hands_something_else_keeps_detach():
+    more = "    def probe(self, optimizer, x):\n        self.train_batch(optimizer, x * 2, x, False)\n"
+    fixed = _fix(PARAM_BATCH.format(more=more), Settings(select=("GF402",), unsafe_fixes=True))
+    assert "self.criterion(self.model(batch.detach()), label.detach())" in fixed, fixed

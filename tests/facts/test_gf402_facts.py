@@ -159,6 +159,7 @@ _FRESH = {
     "randint": lambda: torch.randint(0, 5, (2,)),
     "randperm": lambda: torch.randperm(4),
     "arange": lambda: torch.arange(3.0),
+    "range": lambda: _quietly(torch.range, 0.0, 2.0),  # deprecated (it warns), still in 2018 code
     "linspace": lambda: torch.linspace(0, 1, 3),
     "logspace": lambda: torch.logspace(0, 1, 3),
     "eye": lambda: torch.eye(2),
@@ -180,6 +181,18 @@ _FRESH = {
     "new_empty": lambda: torch.ones(2, requires_grad=True).new_empty(3),
     "new_tensor": lambda: torch.ones(2, requires_grad=True).new_tensor([1.0]),
 }
+
+
+def _quietly(func, *args, **kwargs):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return func(*args, **kwargs)
+
+
+def test_range_takes_requires_grad_as_arange_does():
+    assert _quietly(torch.range, 0.0, 2.0, requires_grad=True).requires_grad
 
 
 @pytest.mark.parametrize("name", sorted(_FRESH))
