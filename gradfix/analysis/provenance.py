@@ -61,6 +61,7 @@ NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor
 KEEPING_METHODS = frozenset(
     "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
     "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory "
+    "random_ exponential_ geometric_ cauchy_ log_normal_ bernoulli_ "  # in-place sampling (numbers only)
     # the other tensor lends only its shape or type
     "expand_as view_as reshape_as type_as".split()
 )
@@ -543,8 +544,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
             and node.func.attr in KEEPING_METHODS
             and not facts.qualname(node.func)  # a method, not `torch.transpose(..)`
         ):
-            if node.func.attr == "fill_" and not all(isinstance(a, ast.Constant) for a in node.args):
-                return None  # a tensor fill value may need grad
+            if node.func.attr in ("fill_", "bernoulli_") and not all(isinstance(a, ast.Constant) for a in node.args):
+                return None  # a tensor fill value (or probability) may need grad
             node = node.func.value
             continue
         break
