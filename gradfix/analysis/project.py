@@ -613,10 +613,13 @@ def _is_self_attr(node: ast.AST, attr: str) -> bool:
 
 
 def _runs(func, node: ast.Attribute) -> bool:
-    """``self.attr`` is run in ``func``: called (``self.attr(x)``, ``self.attr[i](x)``) or
-    iterated (``for layer in self.attr:``); a read of a number (``self.num_layers``) runs nothing."""
+    """``self.attr`` is run in ``func``: called (``self.attr(x)``, ``self.attr[i](x)``), a
+    method of it called (``self.encoder.encode(x)``) or iterated (``for layer in self.attr:``);
+    a read of a number (``self.num_layers``) runs nothing."""
     for parent in ast.walk(func):
-        if isinstance(parent, ast.Call) and (parent.func is node or isinstance(parent.func, ast.Subscript) and parent.func.value is node):
+        if isinstance(parent, ast.Call) and (
+            parent.func is node or isinstance(parent.func, (ast.Subscript, ast.Attribute)) and parent.func.value is node
+        ):
             return True
         if isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is node:
             return True
