@@ -836,17 +836,16 @@ def _new_elements(facts: FileFacts, scope, loop: ast.For) -> list[ast.Call] | No
         return None
     elements: list[ast.Call] = []
     for stmt in reaching:
-        value = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
-        if not (isinstance(stmt.targets[0], ast.Name) if value is not None else False):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             return None
+        value = stmt.value
         if isinstance(value, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Call) for e in value.elts):
             elements += value.elts
         elif isinstance(value, ast.ListComp) and isinstance(value.elt, ast.Call):
             elements.append(value.elt)
         else:
             return None
-        if any(not any(is_descendant(facts, stmt, l) for l in own_loops_around(facts, stmt, scope) if l is outer)
-               for outer in own_loops_around(facts, loop, scope)):
+        if not all(is_descendant(facts, stmt, outer) for outer in own_loops_around(facts, loop, scope)):
             return None  # a loop around this one runs it again over modules the last round used
     first = min(map(pos, reaching))
     uses = facts.memo(("module_mode.name_uses", name), lambda: [n for n in ast.walk(facts.tree) if isinstance(n, ast.Name) and n.id == name])
@@ -855,7 +854,7 @@ def _new_elements(facts: FileFacts, scope, loop: ast.For) -> list[ast.Call] | No
             continue
         if facts.function_of.get(use) is not scope:
             return None  # another function may switch them when it runs
-        if first < pos(use) <= pos_end(loop):
+        if first < pos(use) <= (loop.end_lineno, loop.end_col_offset):
             append = facts.parents.get(use)
             call = facts.parents.get(append)
             if not (isinstance(append, ast.Attribute) and append.attr == "append" and isinstance(call, ast.Call)
@@ -864,10 +863,6 @@ def _new_elements(facts: FileFacts, scope, loop: ast.For) -> list[ast.Call] | No
                 return None
             elements.append(call.args[0])
     return elements
-
-
-def pos_end(node: ast.AST) -> tuple[int, int]:
-    return (node.end_lineno, node.end_col_offset)
 
 
 def _binding_item(facts: FileFacts, scope, name: str, value: ast.AST, stmt: ast.stmt) -> ModeItem | None:
