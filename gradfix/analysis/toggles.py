@@ -50,6 +50,17 @@ def bare_toggle(facts, call: ast.Call) -> Toggle | None:
     return Toggle(stmt, call, literal_bool(arg))
 
 
+def toggles_grad_globally(facts) -> bool:
+    """A bare ``torch.set_grad_enabled(...)`` statement anywhere in the file: the grad mode at
+    a call is then a run-time matter (GF201's business), so a rule that would add a grad-mode
+    region stays out."""
+    return facts.memo(("toggles.global", ), lambda: any(
+        isinstance(facts.parents.get(call), ast.Expr)
+        and facts.call_qualname(call) in (SET_GRAD_ENABLED, "torch._C._set_grad_enabled")
+        for call in facts.calls
+    ))
+
+
 def own_toggles(facts, func) -> list[Toggle]:
     """``func``'s own bare toggles (not those of functions nested in it), in source order."""
     out = []

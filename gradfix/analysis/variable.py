@@ -20,7 +20,7 @@ from typing import Iterator
 from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
-from gradfix.analysis.statements import crosses_notebook_cell, is_cell_marker, statement_block
+from gradfix.analysis.statements import crosses_notebook_cell, is_cell_marker, statement_block, wrap_in_no_grad
 from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.model import FixSafety, Span
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
@@ -336,12 +336,29 @@ def cst_variable_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
 
 
 def fix_variable_call(finding, ctx):
-    """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None,
-    span of a self-assignment to remove or None)``; drops the ``Variable`` import once no use
-    is left."""
+    """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None, span of
+    a self-assignment (or `else:` branch) to remove or None, its heir or ELSE, span of the loop
+    to wrap in ``no_grad`` or None)``; drops the ``Variable`` import once no use is left."""
+
+    kind, module, statement, heir, loop = finding.data
+    edits = _own_edits(ctx, finding, kind, module, statement, heir)
+    if loop is None:
+        return edits
+
+    def inside(stmt):  # the call's own edits, made inside the loop that moves into the `with`
+        for edit in edits:
+            if isinstance(edit.replacement, cst.CSTNode):
+                stmt = stmt.deep_replace(edit.node, edit.replacement)
+            else:
+                stmt = stmt.deep_remove(edit.node)
+        return stmt
+
+    return wrap_in_no_grad(ctx, [loop], inside)
+
+
+def _own_edits(ctx, finding, kind, module, statement, heir):
     from gradfix.fixer import Edit, FixError
 
-    kind, module, statement, heir = finding.data
     if module:
         ctx.remove_import_if_unused(module, "Variable")
     if statement is not None and heir == ELSE:
@@ -397,7 +414,8 @@ def report_rewrites(rule, facts, planned, exact: bool):
     whichever of GF401/GF402 runs) is removed instead."""
     plans = run_plans(facts, rule, exact)
     removed, kept = self_assignments(facts, plans)
-    for found, plan, message, *suffix in planned:
+    for found, plan, message, *extra in planned:
+        suffix, loop = (extra + ["", None])[:2]
         statement, heir = removed.get(found.call, (None, None))
         if found.call in kept:
             # `x = x` cannot go without the comment above it: the exact alias, never `x = x`
@@ -410,19 +428,50 @@ def report_rewrites(rule, facts, planned, exact: bool):
             )
             if plan.assumption:
                 title += f" ({plan.assumption})"
+        safety = plan.safety
+        if loop is not None:  # what `volatile=True` meant: no graph for the whole loop
+            title, suffix, safety = f"Wrap the loop in `with torch.no_grad():`; {title[0].lower()}{title[1:]}", "", FixSafety.UNSAFE
         yield rule.report(
             facts,
             found.call,
             message,
-            fix=plan.safety,
-            fix_title=title + "".join(suffix),
+            fix=safety,
+            fix_title=title + suffix,
             data=(
                 plan.kind,
                 found.import_module,
                 statement if heir == ELSE else facts.span(statement) if statement is not None else None,
                 heir if heir == ELSE else facts.span(heir) if heir is not None else None,
+                facts.span(loop) if loop is not None else None,
             ),
         )
+
+
+def volatile_loop(facts, call: ast.Call) -> ast.stmt | None:
+    """The loop that a ``Variable(x, volatile=True)`` call meant to run without a graph, when
+    ``with torch.no_grad():`` around it changes nothing else: the innermost ``for``/``while``
+    around the call (in its function, or at module level), in no grad-mode region, in a file
+    with no bare ``set_grad_enabled`` toggle, where nothing computes or asks for gradients (no
+    `.backward()`, optimizer step, `torch.autograd.grad`, `.grad`, `requires_grad`, neither in
+    the loop nor in a file function it calls) and which can move into a ``with`` block. None
+    otherwise (a validation loop inside a training loop's body: the loop around it trains)."""
+    from gradfix.analysis.calls import callees
+    from gradfix.analysis.grad_use import uses_grads
+    from gradfix.analysis.statements import can_wrap, innermost_loop, torch_reachable
+    from gradfix.analysis.toggles import toggles_grad_globally
+
+    if facts.regions_around(call) or toggles_grad_globally(facts):
+        return None
+    stmt = call
+    while stmt is not None and not isinstance(stmt, ast.stmt):
+        stmt = facts.parents.get(stmt)
+    loop = innermost_loop(facts, facts.function_of.get(call), [stmt]) if stmt is not None else None
+    if loop is None or uses_grads(facts, loop) or not can_wrap(facts, [loop]) or not torch_reachable(facts, loop, "no_grad"):
+        return None
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Call) and any(uses_grads(facts, f) for f in callees(facts, node).defs):
+            return None
+    return loop
 
 
 def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Call, tuple[ast.Assign, ast.stmt | None]], set[ast.Call]]:

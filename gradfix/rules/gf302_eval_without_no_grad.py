@@ -11,6 +11,7 @@ from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.module_mode import evaluated_at, switches as mode_switches
 from gradfix.analysis.regions import records_no_graph, tensor_function
+from gradfix.analysis.toggles import toggles_grad_globally
 from gradfix.analysis.statements import (
     can_wrap,
     decorate_with_no_grad,
@@ -750,7 +751,7 @@ class EvalWithoutNoGrad(Rule):
     ]
 
     def check(self, facts):
-        if self._toggles_grad_globally(facts):
+        if toggles_grad_globally(facts):
             return
         switches_by_func: dict = {}  # function -> [(position, "eval"/"train", receiver, call)]
         for s in mode_switches(facts):  # `model.eval()`, `model.to(dev).eval()`, `model.train(...)`
@@ -821,16 +822,6 @@ class EvalWithoutNoGrad(Rule):
         runs = plan.runs
         what = "the loop" if len(runs) == 1 and len(runs[0]) == 1 and isinstance(runs[0][0], (ast.For, ast.While)) else "the calls"
         return ("wrap", tuple(tuple(facts.span(s) for s in r) for r in runs)), f"Wrap {what} in `with torch.no_grad():`"
-
-    @staticmethod
-    def _toggles_grad_globally(facts) -> bool:
-        """A bare ``torch.set_grad_enabled(...)`` statement anywhere in the file: the grad
-        mode at a call is then a run-time matter (GF201's business), so stay silent."""
-        for call in facts.calls:
-            if isinstance(facts.parents.get(call), ast.Expr):
-                if facts.call_qualname(call) in ("torch.set_grad_enabled", "torch._C._set_grad_enabled"):
-                    return True
-        return False
 
     @staticmethod
     def _calls_by_name(facts) -> dict[str, list[ast.Call]]:

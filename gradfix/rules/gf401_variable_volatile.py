@@ -9,6 +9,7 @@ from gradfix.analysis.variable import (
     plan_rewrite,
     raises_value_error,
     report_rewrites,
+    volatile_loop,
     truthiness,
     variable_calls,
 )
@@ -61,13 +62,21 @@ class VariableVolatile(Rule):
     it assumes the batch needs no grad), and anything else becomes `x.detach()` (with
     `.requires_grad_(flag)` when the call passes a true or unknown `requires_grad=`), which is
     what the call returns today; only the deprecation warning goes. `style = "exact"`
-    (option of GF401) always writes `x.detach()`. Wrapping the forward pass in `torch.no_grad()` changes what autograd records, so
-    it is only suggested in the fix title, never applied. A call that passes both a true
+    (option of GF401) always writes `x.detach()`, and adds no `no_grad` (elsewhere wrapping the
+    forward pass in `torch.no_grad()` is only suggested in the fix title: where the loop is not
+    known to need no graph, it would change what autograd records). A call that passes both a true
     `volatile` and a true `requires_grad` raises `ValueError` today ("Variable can't be
     volatile and require_grad at the same time!"); when either flag is not a literal and
     the other may be true, the call is reported without a fix, as are calls with
     `**kwargs`. A `volatile` value that is not an int-like (`None`) raises `TypeError`
     today; the rewrite no longer evaluates it.
+
+    A `volatile=True` call in a loop that needs no graph (an evaluation loop: nothing in it, nor
+    in a function of the file it calls, calls `.backward()`, steps an optimizer, takes
+    `torch.autograd.grad` or touches `.grad`/`requires_grad`; no grad-mode region around it; no
+    bare `set_grad_enabled` toggle in the file) gets what `volatile` meant: the innermost such
+    loop goes into `with torch.no_grad():` along with the rewrite. That fix is unsafe: the
+    outputs no longer require grad, as they did not before PyTorch 0.4.
     """
 
     code = "GF401"
@@ -237,7 +246,8 @@ class VariableVolatile(Rule):
             """,
             None,
         ),
-        # A test batch from the loader: the wrapper goes (unsafe), as GF402 does.
+        # A test batch from the loader in a loop that needs no graph: the loop goes under
+        # `no_grad`, which is what `volatile=True` meant, and the wrapper goes (unsafe).
         Invalid(
             """
             from torch.autograd import Variable
@@ -247,9 +257,31 @@ class VariableVolatile(Rule):
                     output = model(Variable(data.cuda(), volatile=True))
             """,
             """
+            import torch
+
             def test(model, test_loader):
-                for data, target in test_loader:
-                    output = model(data.cuda())
+                with torch.no_grad():
+                    for data, target in test_loader:
+                        output = model(data.cuda())
+            """,
+        ),
+        # ...but a loop that also trains keeps recording: only the wrapper goes.
+        Invalid(
+            """
+            from torch.autograd import Variable
+
+            def fit(model, loader, opt):
+                for data, target in loader:
+                    probe = model(Variable(data, volatile=True))
+                    model(data).sum().backward()
+                    opt.step()
+            """,
+            """
+            def fit(model, loader, opt):
+                for data, target in loader:
+                    probe = model(data)
+                    model(data).sum().backward()
+                    opt.step()
             """,
         ),
         Invalid(
@@ -302,7 +334,8 @@ class VariableVolatile(Rule):
                 )
                 continue
             plan = plan_rewrite(facts, found, exact)
-            planned.append((found, plan, why, hint))
+            loop = volatile_loop(facts, found.call) if volatile is True and not exact else None
+            planned.append((found, plan, why, hint, loop))
         yield from report_rewrites(self, facts, planned, exact)
 
     def fix(self, finding, ctx):

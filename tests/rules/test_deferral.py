@@ -50,7 +50,11 @@ MNIST_TEST = (
 
 def test_a_line_assigning_batches_to_themselves_goes_when_both_wrapper_rules_run():
     fixed = fix(MNIST_TEST, settings=Settings(select=("GF401", "GF402"), unsafe_fixes=True))
-    assert fixed == "def test(model, test_loader):\n    for data, target in test_loader:\n        model(data)\n"
+    # (the test loop needs no graph: it goes under `no_grad`, as `volatile=True` meant)
+    assert fixed == (
+        "import torch\n\ndef test(model, test_loader):\n    with torch.no_grad():\n"
+        "        for data, target in test_loader:\n            model(data)\n"
+    )
 
 
 def test_the_line_stays_when_the_other_wrapper_rule_is_ignored():

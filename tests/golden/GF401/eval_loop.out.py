@@ -8,15 +8,16 @@ def test(model, test_loader, use_cuda=False):
     model.eval()
     test_loss = 0
     correct = 0
-    for data, target in test_loader:
-        if use_cuda:
-            data, target = data.cuda(), target.cuda()
-        # no graph for evaluation
-        data, target = data, Variable(target)
-        output = model(data)
-        test_loss += F.nll_loss(output, target, size_average=False).item()
-        pred = output.max(1, keepdim=True)[1]
-        correct += pred.eq(target.view_as(pred)).sum().item()
+    with torch.no_grad():
+        for data, target in test_loader:
+            if use_cuda:
+                data, target = data.cuda(), target.cuda()
+            # no graph for evaluation
+            data, target = data, Variable(target)
+            output = model(data)
+            test_loss += F.nll_loss(output, target, size_average=False).item()
+            pred = output.max(1, keepdim=True)[1]
+            correct += pred.eq(target.view_as(pred)).sum().item()
     return test_loss / len(test_loader.dataset), correct
 
 
