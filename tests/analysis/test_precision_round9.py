@@ -415,3 +415,43 @@ def test_a_parameter_some_caller_hands_something_else_keeps_detach():
     more = "    def probe(self, optimizer, x):\n        self.train_batch(optimizer, x * 2, x, False)\n"
     fixed = _fix(PARAM_BATCH.format(more=more), Settings(select=("GF402",), unsafe_fixes=True))
     assert "self.criterion(self.model(batch.detach()), label.detach())" in fixed, fixed
+
+
+VALIDATION = """\
+import torch
+from torch.autograd import Variable
+{head}
+
+def fit(net, train_data, valid_data, opt, crit):
+    for epoch in range(3):
+        net.train()
+        for im, label in train_data:
+            loss = crit(net(im), label)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        net.eval()
+        for im, label in valid_data:
+            im = Variable(im, volatile=True)
+            {body}
+"""
+GF401 = Settings(select=("GF401",), unsafe_fixes=True)
+
+
+def test_a_volatile_validation_loop_inside_a_training_function_goes_under_no_grad():
+    fixed = _fix(VALIDATION.format(head="", body="print(crit(net(im), label).item())"), GF401)
+    assert "        with torch.no_grad():\n            for im, label in valid_data:\n                print(" in fixed, fixed
+    found = check(VALIDATION.format(head="", body="print(crit(net(im), label).item())"), "t.py", GF401)
+    assert [(f.fix, f.fix_title.startswith("Wrap the loop in `with torch.no_grad():`")) for f in found] == [("unsafe", True)]
+
+
+def test_a_volatile_loop_that_may_need_grads_only_loses_the_wrapper():
+    for head, body in (
+        ("", "crit(net(im), label).backward()"),  # it trains
+        ("def step(net, im):\n    net(im).sum().backward()\n", "step(net, im)"),  # a file function that trains
+        ("torch.set_grad_enabled(True)\n", "print(net(im))"),  # a bare toggle: the mode is decided at run time
+    ):
+        fixed = _fix(VALIDATION.format(head=head, body=body), GF401)
+        assert "no_grad" not in fixed and "Variable" not in fixed, (head, body, fixed)
+    exact = Settings(select=("GF401",), unsafe_fixes=True, rule_options={"GF401": {"style": "exact"}})
+    assert "no_grad" not in _fix(VALIDATION.format(head="", body="print(net(im))"), exact)
