@@ -235,9 +235,13 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         call = stmt.value
         if _stores_same_objects(facts, call):
             return True
-        # `nn.init.kaiming_normal_(m.weight)`: torch's initializers already run under no_grad
+        # `nn.init.kaiming_normal_(m.weight)`: torch's initializers already run under no_grad;
+        # `dist.all_reduce(p.grad)`: torch.distributed's collectives record no graph
+        qual = facts.call_qualname(call) or ""
+        if qual.startswith("torch.distributed.") and qual.rpartition(".")[2] in _COLLECTIVES:
+            return True
         inert_args = all(computes_no_graph(facts, a) for a in call.args) and all(computes_no_graph(facts, k.value) for k in call.keywords)
-        return inert_args and (facts.call_qualname(call) or "").startswith("torch.nn.init.")
+        return inert_args and qual.startswith("torch.nn.init.")
     if isinstance(stmt, ast.Assert):
         return computes_no_graph(facts, stmt.test) and computes_no_graph(facts, stmt.msg)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
@@ -250,6 +254,11 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         return integer_valued(facts, stmt.target) and integer_valued(facts, stmt.value)  # `ptr += n`
     return False
 
+
+# torch.distributed's collectives: in place, not differentiable (torch.distributed.nn has the
+# differentiable ones), so they do the same with grad mode on or off (pinned in
+# tests/facts/test_gf304_facts.py).
+_COLLECTIVES = frozenset("all_reduce broadcast reduce all_gather reduce_scatter all_to_all barrier".split())
 
 # torch functions that are not tensor maths: they change or read the grad mode, differentiate, or
 # leave the process.

@@ -313,7 +313,8 @@ class DataMutation(Rule):
     whose branches only write (the weight-init loop over `model.modules()`) and a loop whose
     body only writes go in whole when the rest of them computes nothing that could need a
     graph (`if p.grad is None: continue`, `isinstance(m, nn.Conv2d)`, `n = m.kernel_size[0] *
-    m.out_channels`, logging) and nothing they compute is read after the block; writes
+    m.out_channels`, logging, a `torch.distributed` collective such as `dist.all_reduce(p.grad)`)
+    and nothing they compute is read after the block; writes
     separated only by such statements, by fresh tensors built without `requires_grad=` (`b =
     torch.zeros(n)`) or by integer offsets (`ptr += w.numel()`) share one block, and those two
     may be read after it (the same values under `no_grad`, pinned in

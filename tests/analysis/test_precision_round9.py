@@ -455,3 +455,24 @@ def test_a_volatile_loop_that_may_need_grads_only_loses_the_wrapper():
         assert "no_grad" not in fixed and "Variable" not in fixed, (head, body, fixed)
     exact = Settings(select=("GF401",), unsafe_fixes=True, rule_options={"GF401": {"style": "exact"}})
     assert "no_grad" not in _fix(VALIDATION.format(head="", body="print(net(im))"), exact)
+
+
+def test_a_loop_that_reduces_and_scales_grads_goes_under_one_no_grad():
+    source = textwrap.dedent(
+        """\
+        import torch
+        import torch.distributed as dist
+        def gather_grad(params):
+            world_size = dist.get_world_size()
+            for param in params:
+                if param.grad is not None:
+                    dist.all_reduce(param.grad.data, op=dist.ReduceOp.SUM)
+                    param.grad.data.div_(world_size)
+        """
+    )
+    fixed = _fix(source, Settings(select=("GF304",), unsafe_fixes=True))
+    assert "    with torch.no_grad():\n        for param in params:\n" in fixed, fixed
+    assert fixed.count("no_grad") == 1
+    # a divisor handed in is a hyperparameter: a `.grad` write then needs no `no_grad` at all
+    handed = source.replace("def gather_grad(params):\n    world_size = dist.get_world_size()\n", "def gather_grad(params, world_size):\n")
+    assert "no_grad" not in _fix(handed, Settings(select=("GF304",), unsafe_fixes=True))

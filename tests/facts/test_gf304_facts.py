@@ -236,3 +236,26 @@ def test_a_fresh_constructor_gives_the_same_tensor_under_no_grad():
         assert torch.equal(a, b)
         assert not a.requires_grad and not b.requires_grad and a.is_leaf and b.is_leaf
         assert (a * 2).requires_grad is (b * 2).requires_grad is False
+
+
+def test_a_distributed_collective_on_grads_does_the_same_with_grad_mode_on_or_off(tmp_path):
+    """analysis/regions.py: `dist.all_reduce(p.grad)` records no graph, so a loop that reduces
+    and then scales the grads may go under one `no_grad` whole."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not built in")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        results = []
+        for mode in (True, False):
+            w = torch.ones(3, requires_grad=True)
+            (w * 2).sum().backward()
+            with torch.set_grad_enabled(mode):
+                dist.all_reduce(w.grad, op=dist.ReduceOp.SUM)
+                w.grad.div_(2)
+            results.append((w.grad.clone(), w.grad.requires_grad, w.grad.grad_fn))
+        assert torch.equal(results[0][0], results[1][0])
+        assert results[0][1:] == results[1][1:] == (False, None)
+    finally:
+        dist.destroy_process_group()
