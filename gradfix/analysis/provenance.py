@@ -479,8 +479,9 @@ def grad_free_operand(facts: FileFacts, expr: ast.AST, owner: str | None = None)
     needs no grad by proof (what :func:`origin` proves) or by the conventions of optimizer code:
     an argument or a global, or an attribute or item of an object (``lr``, ``group['lr']``,
     ``scaler.loss_scale``), is a hyperparameter, and another ``.grad`` needs no grad (ask only
-    where none can: :func:`~gradfix.analysis.tensor_data.grads_may_require_grad`). Never: a
-    parameter-like name (``weight``, ``p``), ``owner`` (the ``.grad``'s own tensor, ``p`` in
+    where none can: :func:`~gradfix.analysis.tensor_data.grads_may_require_grad`). Never: an
+    argument, global or attribute named like a parameter (``weight``, ``p``; a local such as
+    ``param_norm = p.grad.data.norm()`` is followed to its binding), ``owner`` (the ``.grad``'s own tensor, ``p`` in
     ``p.grad.add_(wd, p)``) or anything rooted at it, a name bound by a loop."""
     found = _origin(facts, expr, frozenset(), 0, _Convention(owner))
     return found is not None and found.kind != BATCH
@@ -509,11 +510,10 @@ class _Convention:
         if isinstance(root, ast.Name):
             if root.id == self.owner:
                 return None
-            last = last or root.id
+            if isinstance(expr, ast.Name):
+                return True  # followed to its bindings; a parameter-like name is judged there
         if last is not None and PARAMETER_NAME.search(last):
             return None
-        if isinstance(expr, ast.Name):
-            return True
         if isinstance(expr, ast.Subscript) and _origin(facts, expr.slice, frozenset(), 0, self) is None:
             return None
         # An attribute or an item of an object (`scaler.loss_scale`, `group['lr']`) is not what
@@ -658,6 +658,8 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
     parts = []
     for definition in definitions:
         if definition is UNKNOWN:
+            if entry is None and PARAMETER_NAME.search(name.id):
+                return None  # an argument or a global named like a parameter (`w`, `weight`)
             parts.append(entry or Origin(ASSUMED))  # (by convention: an argument, a global is a hyperparameter)
             continue
         if definition in seen:

@@ -476,3 +476,24 @@ def test_a_loop_that_reduces_and_scales_grads_goes_under_one_no_grad():
     # a divisor handed in is a hyperparameter: a `.grad` write then needs no `no_grad` at all
     handed = source.replace("def gather_grad(params):\n    world_size = dist.get_world_size()\n", "def gather_grad(params, world_size):\n")
     assert "no_grad" not in _fix(handed, Settings(select=("GF304",), unsafe_fixes=True))
+
+
+def test_a_local_named_like_a_parameter_is_followed_to_its_binding():
+    # `param_norm` is a norm of `p.grad.data`: grad-free, so the `.grad` write needs no `no_grad`
+    source = textwrap.dedent(
+        """\
+        import torch
+        def clip_gradients(model, clip):
+            for p in model.parameters():
+                if p.grad is not None:
+                    param_norm = p.grad.data.norm(2)
+                    clip_coef = clip / (param_norm + 1e-6)
+                    if clip_coef < 1:
+                        p.grad.data.mul_(clip_coef)
+        """
+    )
+    fixed = _fix(source, Settings(select=("GF304",), unsafe_fixes=True))
+    assert "no_grad" not in fixed and "                p.grad.mul_(clip_coef)\n" in fixed, fixed
+    # an argument named like a parameter is still not taken for a number
+    weighted = source.replace("clip / (param_norm + 1e-6)", "weight * clip").replace("(model, clip)", "(model, clip, weight)")
+    assert "no_grad" in _fix(weighted, Settings(select=("GF304",), unsafe_fixes=True))
