@@ -145,7 +145,7 @@ def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
             if i == 0 and name in flow.bound:
                 return _binding(flow.bound[name])
             return _local_bindings(facts, scope, name.id)
-    if scopes and _module_level_bindings(facts)[name.id] == 1:
+    if scopes and module_level_bindings(facts)[name.id] == 1:
         # bound once, by a def at the top of the module: what every function sees (the module's
         # reaching definitions would say the same, at the price of a walk of the whole module)
         top = next((s for s in facts.tree.body if isinstance(s, _DEFS) and s.name == name.id), None)
@@ -252,7 +252,7 @@ def _dead(facts: FileFacts) -> frozenset:
     # A def is dead only if its name is bound again at module level: most files rebind none,
     # and for them the module's reaching definitions are not needed.
     top = [f for f in facts.functions if facts.function_of.get(f) is None and owner_class(facts, f) is None]
-    counts = _module_level_bindings(facts)
+    counts = module_level_bindings(facts)
     if all(counts[f.name] <= 1 for f in top):
         return frozenset()
     flow = reaching_definitions(facts, None)
@@ -277,10 +277,11 @@ def _dead(facts: FileFacts) -> frozenset:
     return frozenset(f for f in candidates if f not in seen)
 
 
-def _module_level_bindings(facts: FileFacts) -> Counter:
+def module_level_bindings(facts: FileFacts) -> Counter:
     """How many statements of the module's own code (not of function or class bodies) bind
     each name; an over-count (a comprehension's variable, a handler's body read twice) only
-    costs :func:`_dead` and :func:`_name_binding` their fast paths."""
+    costs :func:`_dead`, :func:`_name_binding` and provenance's legacy-class aliases their fast
+    paths."""
     return facts.memo(("calls.module_level_bindings",), lambda: _count_module_level_bindings(facts))
 
 

@@ -466,7 +466,7 @@ def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
     the call hands them to, and the names themselves unless a parameter of ``func`` shadows
     them (`def evaluate(model)` called as `evaluate(eval_model)` switches `eval_model`, not the
     caller's `model`); `self.x` stays `self.x` (a method called on the same object)."""
-    shadowing = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
+    shadowing = _parameter_names(func)
     inside = {n for n in names if n.split(".", 1)[0] in ("self", "cls") or n.split(".", 1)[0] not in shadowing}
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
@@ -1636,15 +1636,12 @@ def _handed_in_optimizer(facts: FileFacts, scope, param: str) -> set[str] | None
         return None
     out: set[str] = set()
     for call in calls:
-        argument = argument_for(scope, call, param)
-        name = dotted_name(argument) if argument is not None else None
-        caller = facts.function_of.get(call)
-        found = _stepped_modules(facts, caller, name, call) if name else None
+        name = dotted_name(argument_for(scope, call, param))
+        found = _stepped_modules(facts, facts.function_of.get(call), name, call) if name else None
         if found is None:
             return None
         for p in _parameter_names(scope):
-            arg = argument_for(scope, call, p)
-            passed = dotted_name(arg) if arg is not None else None
+            passed = dotted_name(argument_for(scope, call, p))
             for module in found if passed else ():
                 if module == passed or module.startswith(passed + "."):
                     out.add(p + module[len(passed):])

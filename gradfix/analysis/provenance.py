@@ -446,6 +446,8 @@ def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
         return prefix in ("torch", "torch.cuda") and CONSTRUCTORS.get(last) is False
 
     def compute() -> bool:
+        from gradfix.analysis.calls import module_level_bindings  # calls builds on this module
+
         if any(name in scope.locals for node, scope in facts.scope_of_node.items() if node is not facts.tree):
             return False
         values = [
@@ -454,19 +456,11 @@ def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
         ]
         if not values or any(facts.function_of.get(v) is not None for v in values):
             return False
-        if name in facts.scope_of_node[facts.tree].imports:
-            return False
-        return all(legacy(v) for v in values) and _only_assigned(facts, name, len(values))
+        # these assignments are all the module binds it with (no `for Tensor in ...`, `def
+        # Tensor`, `import ... as Tensor`, class-body `Tensor = ...`)
+        return all(legacy(v) for v in values) and module_level_bindings(facts)[name] == len(values)
 
     return facts.memo(("provenance.legacy_class_alias", name), compute)
-
-
-def _only_assigned(facts: FileFacts, name: str, assignments: int) -> bool:
-    """Every binding of the global ``name`` is one of its ``assignments`` plain assignments (no
-    `for Tensor in ...`, `with ... as Tensor`, `def Tensor`, `import ... as Tensor`)."""
-    stores = sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(facts.tree))
-    defined = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name for n in ast.walk(facts.tree))
-    return stores == assignments and not defined
 
 
 def origin(facts: FileFacts, expr: ast.AST) -> Origin | None:

@@ -19,8 +19,20 @@ from typing import Iterator
 
 from gradfix.lazy import cst
 
+from gradfix.analysis.calls import callees
+from gradfix.analysis.flow import innermost_statement
+from gradfix.analysis.grad_use import uses_grads
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
-from gradfix.analysis.statements import crosses_notebook_cell, is_cell_marker, statement_block, wrap_in_no_grad
+from gradfix.analysis.statements import (
+    can_wrap,
+    crosses_notebook_cell,
+    innermost_loop,
+    is_cell_marker,
+    statement_block,
+    torch_reachable,
+    wrap_in_no_grad,
+)
+from gradfix.analysis.toggles import toggles_grad_globally
 from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.model import FixSafety, Span
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
@@ -455,16 +467,9 @@ def volatile_loop(facts, call: ast.Call) -> ast.stmt | None:
     `.backward()`, optimizer step, `torch.autograd.grad`, `.grad`, `requires_grad`, neither in
     the loop nor in a file function it calls) and which can move into a ``with`` block. None
     otherwise (a validation loop inside a training loop's body: the loop around it trains)."""
-    from gradfix.analysis.calls import callees
-    from gradfix.analysis.grad_use import uses_grads
-    from gradfix.analysis.statements import can_wrap, innermost_loop, torch_reachable
-    from gradfix.analysis.toggles import toggles_grad_globally
-
     if facts.regions_around(call) or toggles_grad_globally(facts):
         return None
-    stmt = call
-    while stmt is not None and not isinstance(stmt, ast.stmt):
-        stmt = facts.parents.get(stmt)
+    stmt = innermost_statement(facts.parents, call)
     loop = innermost_loop(facts, facts.function_of.get(call), [stmt]) if stmt is not None else None
     if loop is None or uses_grads(facts, loop) or not can_wrap(facts, [loop]) or not torch_reachable(facts, loop, "no_grad"):
         return None
