@@ -105,7 +105,7 @@ def unbound(facts: FileFacts, name: ast.Name) -> bool:
     if facts.function_of.get(name) is not None or name.id in _BUILTINS or name.id in facts.declared_global:
         return False
     if facts.memo(("calls.star_import",), lambda: any(
-        isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in ast.walk(facts.tree)
+        any(a.name == "*" for a in n.names) for n in facts.nodes_of(ast.ImportFrom)
     )):
         return False
     return name in reaching_definitions(facts, None).unbound
@@ -188,9 +188,7 @@ def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
     if scope is not None:
         a = scope.args
         other = other or name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
-    for node in ast.walk(root):
-        if node is root or facts.function_of.get(node) is not scope or owner_class(facts, node) is not owner_class(facts, root):
-            continue
+    for node in _own_code(facts.tree.body if scope is None else scope.body):
         if isinstance(node, _DEFS) and node.name == name:
             defs.append(node)
         elif isinstance(node, ast.ClassDef) and node.name == name:
@@ -202,6 +200,24 @@ def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
     if not defs:
         other = True
     return Binding(tuple(sorted(defs, key=_pos)), other)
+
+
+def _own_code(body: list[ast.stmt]):
+    """The nodes of a scope's own code: not the bodies of the defs and lambdas in it (their
+    decorators, defaults and annotations run in it) nor anything of a class in it but the
+    ``class`` statement itself."""
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.ClassDef):
+            continue
+        if isinstance(node, _DEFS):
+            todo += [*node.decorator_list, node.args, *([node.returns] if node.returns else [])]
+        elif isinstance(node, ast.Lambda):
+            todo.append(node.args)
+        else:
+            todo += ast.iter_child_nodes(node)
 
 
 def _class_binding(facts: FileFacts, cls: ast.ClassDef, attr: str) -> Binding:
@@ -234,7 +250,7 @@ def _def_names(facts: FileFacts) -> frozenset[str]:
 
 
 def _classes(facts: FileFacts) -> list[ast.ClassDef]:
-    return facts.memo(("calls.classes",), lambda: [n for n in facts.function_of if isinstance(n, ast.ClassDef)])
+    return facts.memo(("calls.classes",), lambda: facts.nodes_of(ast.ClassDef))
 
 
 def _callers(facts: FileFacts) -> dict:

@@ -309,9 +309,13 @@ def evidence_for(facts: FileFacts, name: str, at: ast.AST) -> list[ast.AST]:
 
 def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[ast.AST]:
     trained = trained_evidence(facts)
+    if not trained:
+        return []  # every piece of evidence below is some name's training
     nodes = [e for e in trained.get(name, ()) if same_object(facts, name, at, e) and fresh_local(facts, name, e) is own]
     if own is not None:
         for call in own_calls(facts, own):
+            if not _hands_on(call, name):
+                continue  # passed_names would add nothing but the name itself
             for helper in callees(facts, call).defs:
                 if helper is own:
                     continue
@@ -328,6 +332,15 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
                 if passed and name in passed_names(func, call, (passed,)) and fresh_local(facts, passed, call) is not None:
                     nodes += [e for e in trained.get(passed, ()) if fresh_local(facts, passed, e) is fresh_local(facts, passed, call)]
     return list(dict.fromkeys(nodes))
+
+
+def _hands_on(call: ast.Call, name: str) -> bool:
+    """``call`` passes ``name``, or a part or a submodule of it, as an argument."""
+    for arg in (*call.args, *(k.value for k in call.keywords)):
+        passed = dotted_name(arg)
+        if passed and related(passed, name):
+            return True
+    return False
 
 
 def not_a_module(facts: FileFacts, name: str, at: ast.AST) -> bool:

@@ -359,8 +359,13 @@ def _join(states: Iterable):
     live = [s for s in states if s is not None]
     if not live:
         return None
+    first, rest = live[0], live[1:]
     out = {}
     for name in {n for s in live for n in s}:
+        value = first.get(name)
+        if value is not None and all(s.get(name) is value for s in rest):
+            out[name] = value  # the same binding on every path (most names, most joins)
+            continue
         defs, reads = frozenset(), frozenset()
         for s in live:
             d, r = s.get(name, (frozenset({UNKNOWN}), frozenset()))
@@ -389,23 +394,25 @@ def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
     """Names whose binding or object something else may reach between two statements:
     declared ``global``/``nonlocal`` in the function or in a function nested in it, or (at
     module level) read by a function of the file as a global (not a name of its own)."""
-    root = facts.tree if func is None else func
-    out: set[str] = set()
-    # One walk; each node carries the own names of the functions it lies in (below the root),
-    # and a name counts when one of them does not bind it.
-    todo: list[tuple[ast.AST, tuple]] = [(root, ())]
-    while todo:
-        node, owners = todo.pop()
-        if isinstance(node, ast.Name):
-            if any(node.id not in own for own in owners):
-                out.add(node.id)
+    if func is not None:  # `global`/`nonlocal` statements (facts record them per scope)
+        return frozenset(
+            name
+            for node, scope in facts.scope_of_node.items()
+            if scope.globals and (node is func or func in facts.enclosing_functions(node))
+            for name in scope.globals
+        )
+    out = {name for scope in facts.scope_of_node.values() for name in scope.globals}
+    # A name in a function counts when one of the functions it lies in does not bind it.
+    owners_of: dict = {}
+    for node, owner in facts.function_of.items():
+        if owner is None or type(node) is not ast.Name:
             continue
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            out.update(node.names)
-        elif func is None and node is not root and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            scope = facts.scope_of_node.get(node)
-            owners = (*owners, scope.locals | set(scope.imports) if scope is not None else set())
-        todo.extend((child, owners) for child in ast.iter_child_nodes(node))
+        owners = owners_of.get(owner)
+        if owners is None:
+            scopes = (facts.scope_of_node[f] for f in (owner, *facts.enclosing_functions(owner)))
+            owners = owners_of[owner] = [s.locals | set(s.imports) for s in scopes]
+        if any(node.id not in own for own in owners):
+            out.add(node.id)
     return frozenset(out)
 
 

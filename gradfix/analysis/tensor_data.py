@@ -215,8 +215,8 @@ def _plain_attributes(facts: FileFacts) -> frozenset[str]:
     def compute():
         return frozenset(
             t.attr
-            for node in ast.walk(facts.tree)
-            if isinstance(node, ast.Assign) and _builds_plain_object(facts, node.value)
+            for node in facts.nodes_of(ast.Assign)
+            if _builds_plain_object(facts, node.value)
             for t in node.targets
             if isinstance(t, ast.Attribute)
         )

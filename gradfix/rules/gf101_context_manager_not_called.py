@@ -42,7 +42,7 @@ class ContextManagerNotCalled(Rule):
     summary = "Grad context manager used in `with` without calling it"
     fix_safety = FixSafety.SAFE
     fix_title = "Call the context manager: add `()`"
-    triggers = ("grad", "inference_mode")
+    triggers = ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode")  # the grad-mode APIs
 
     VALID = [
         Valid(

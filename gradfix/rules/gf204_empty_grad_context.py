@@ -51,7 +51,7 @@ class EmptyGradContext(Rule):
     name = "empty-grad-context"
     summary = "Grad-mode `with` block whose body does no tensor computation"
     fix_safety = FixSafety.SAFE
-    triggers = ("grad", "inference_mode")
+    triggers = ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode")  # the grad-mode APIs
 
     VALID = [
         Valid(

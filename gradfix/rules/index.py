@@ -4,7 +4,7 @@ what a run needs to choose the rules of a file before importing any rule module.
 from gradfix.rules import RuleEntry
 
 ENTRIES = (
-    RuleEntry(code='GF101', module='gf101_context_manager_not_called', triggers=('grad', 'inference_mode'), default_enabled=True, uses_project=False),
+    RuleEntry(code='GF101', module='gf101_context_manager_not_called', triggers=('no_grad', 'enable_grad', 'set_grad_enabled', 'inference_mode'), default_enabled=True, uses_project=False),
     RuleEntry(code='GF102', module='gf102_backward_in_no_grad', triggers=('backward', 'retain_grad', 'autograd', 'training_step'), default_enabled=True, uses_project=False),
     RuleEntry(code='GF103', module='gf103_overbroad_no_grad', triggers=('backward', 'training_step'), default_enabled=True, uses_project=False),
     RuleEntry(code='GF104', module='gf104_no_grad_without_eval', triggers=('.train(', 'backward', '.step('), default_enabled=True, uses_project=True),
@@ -12,7 +12,7 @@ ENTRIES = (
     RuleEntry(code='GF201', module='gf201_global_grad_toggle', triggers=('set_grad_enabled',), default_enabled=True, uses_project=False),
     RuleEntry(code='GF202', module='gf202_nested_toggle_hack', triggers=('set_grad_enabled',), default_enabled=True, uses_project=False),
     RuleEntry(code='GF203', module='gf203_save_in_grad_context', triggers=('save',), default_enabled=True, uses_project=False),
-    RuleEntry(code='GF204', module='gf204_empty_grad_context', triggers=('grad', 'inference_mode'), default_enabled=True, uses_project=False),
+    RuleEntry(code='GF204', module='gf204_empty_grad_context', triggers=('no_grad', 'enable_grad', 'set_grad_enabled', 'inference_mode'), default_enabled=True, uses_project=False),
     RuleEntry(code='GF205', module='gf205_prefer_specific_grad_api', triggers=('set_grad_enabled',), default_enabled=False, uses_project=False),
     RuleEntry(code='GF301', module='gf301_prefer_inference_mode', triggers=('no_grad',), default_enabled=False, uses_project=False),
     RuleEntry(code='GF302', module='gf302_eval_without_no_grad', triggers=('.eval()',), default_enabled=True, uses_project=False),

@@ -74,3 +74,15 @@ def test_every_example_is_a_program_of_its_own(rule):
     for example in rule.INVALID:
         if example.expected is not None:
             assert example.expected != example.code, f"{rule.code}: an INVALID example's fix changes nothing"
+
+
+@pytest.mark.parametrize("code", ["GF101", "GF204"])
+def test_region_rules_trigger_on_every_grad_mode_api(code):
+    """GF101 and GF204 read facts.regions, which know the four grad-mode APIs: a file that
+    names any one of them (however it imports it) must reach the rule."""
+    from gradfix.facts import GRAD_CONTEXT_APIS
+
+    rule = next(r for r in RULES if r.code == code)
+    for api in GRAD_CONTEXT_APIS:
+        assert any(t in api.rsplit(".", 1)[1] for t in rule.triggers), f"{code} does not trigger on {api}"
+    assert not any(t in "x.requires_grad = True  # gradient" for t in rule.triggers)
