@@ -17,7 +17,7 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Six samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+Seven samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
 corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
 REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
 ``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
@@ -25,7 +25,8 @@ REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, o
 fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``),
 ``--sample 5`` (round 7, a fifth: under ``# Round 7``, ``verdicts7.tsv``, ``/work/corpus5``,
 ``/work/precision-out-r7``) and ``--sample 6`` (round 8, a sixth: under ``# Round 8``,
-``verdicts8.tsv``, ``/work/corpus6``, ``/work/precision-out-r8``).
+``verdicts8.tsv``, ``/work/corpus6``, ``/work/precision-out-r8``), ``--sample 7`` (round 9,
+a seventh: under ``# Round 9``, ``verdicts9.tsv``, ``/work/corpus12``, ``/work/precision-out-r9``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -54,9 +55,10 @@ SAMPLES = {
     4: (HERE / "verdicts6.tsv", Path("/work/corpus4"), Path("/work/precision-out-r6")),
     5: (HERE / "verdicts7.tsv", Path("/work/corpus5"), Path("/work/precision-out-r7")),
     6: (HERE / "verdicts8.tsv", Path("/work/corpus6"), Path("/work/precision-out-r8")),
+    7: (HERE / "verdicts9.tsv", Path("/work/corpus12"), Path("/work/precision-out-r9")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
-SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6}
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6, "# Round 9": 7}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
@@ -112,8 +114,8 @@ def run_gradfix(corpus: Path, out: Path, repos: list[tuple[str, str]],
         if not path.is_dir():
             print(f"warning: {repo} is not checked out at {path}; skipped", file=sys.stderr)
             continue
-        head = head_commit(path)
-        if not head.startswith(commit):
+        head = head_commit(path)  # "" for files extracted from a snapshot (no .git of their own)
+        if head and not head.startswith(commit):
             print(f"warning: {repo} is at {head[:12]}, REPOS.md says {commit}", file=sys.stderr)
         proc = gradfix(["--format", "json", path.name], corpus)
         internal = [e for e in proc.stderr.splitlines() if "internal error" in e]
