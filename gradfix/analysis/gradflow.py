@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from gradfix.analysis.calls import callee as file_callee
+from gradfix.analysis.statements import caught
 from gradfix.analysis.vocabulary import (
     COMPUTE_METHODS,
     CRITERION_NAME,
@@ -480,6 +481,8 @@ class GradFreeAnalysis:
                 self.sites[call] = site
 
     def _site(self, call: ast.Call, stmt, state) -> Site | None:
+        if caught(self.facts, call, "RuntimeError"):
+            return None  # the code expects the differentiation to fail there
         found = backward_tensor(self.facts, call)
         if found is not None:
             kind, tensor = found

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from gradfix.lazy import cst
 
-from gradfix.facts import FileFacts, descendants
+from gradfix.facts import FileFacts, descendants, dotted_name
 from gradfix.model import Span
 
 
@@ -113,6 +113,22 @@ def handler_of(facts: FileFacts, stop, stmt: ast.stmt) -> str | None:
             return "finally"
         node, parent = parent, facts.parents.get(parent)
     return None
+
+
+def caught(facts: FileFacts, node: ast.AST, exception: str) -> bool:
+    """``node`` runs in the body of a ``try`` of its own function whose handlers name
+    ``exception`` (``except RuntimeError as e:``, ``except (ValueError, RuntimeError):``): the
+    code expects the error there (a tutorial showing it, a probe for a feature). A bare
+    ``except:`` or ``except Exception:`` is general error handling, not that."""
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(parent, (ast.Try, getattr(ast, "TryStar", ast.Try))) and any(child is s for s in parent.body):
+            for handler in parent.handlers:
+                kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+                if any(k is not None and dotted_name(k) in (exception, f"builtins.{exception}") for k in kinds):
+                    return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
 
 
 def alone_on_its_lines(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> bool:

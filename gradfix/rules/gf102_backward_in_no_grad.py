@@ -25,6 +25,8 @@ class BackwardInNoGrad(Rule):
     loops where the forward runs in one function and the backward in another. Also seen:
     `accelerator.backward(loss)`, `self.manual_backward(loss)`, `scaler.scale(loss).backward()`,
     and the loss a LightningModule's `training_step` returns (Lightning backpropagates it).
+    A backward in a `try` whose handler names `RuntimeError` is code that expects the error
+    (a tutorial showing it, a probe): not reported.
 
     ## Why is this bad?
     Nothing computed under `no_grad` records a graph: the tensor has no `grad_fn`, so

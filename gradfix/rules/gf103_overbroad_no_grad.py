@@ -45,7 +45,8 @@ class OverbroadNoGrad(Rule):
     The block and the backward may sit in different functions: a helper that computes the
     forward under `no_grad` and returns the output, a training loop (or a LightningModule's
     `training_step`, whose returned loss Lightning backpropagates) that calls it. The finding
-    is on the block; its fix changes the helper for every caller.
+    is on the block; its fix changes the helper for every caller. A backward in a `try` whose
+    handler names `RuntimeError` expects the error (a tutorial showing it): not reported.
 
     ## Why is this bad?
     Nothing inside `no_grad` records a graph, so the loss has no `grad_fn` and
