@@ -387,6 +387,22 @@ def _sets_requires_grad(facts, targets, value) -> bool:
     )
 
 
+def builds_torch_module(facts, stmt: ast.stmt) -> bool:
+    """``self.fc = nn.Linear(n, m)``, ``self.bn = nn.BatchNorm1d(n)``: an assignment to names or
+    attributes of a ``torch.nn`` class built from arguments that compute no graph. Built under
+    ``no_grad`` or not, it is the same module: its parameters are new leaves that require grad
+    (pinned in tests/facts/test_gf304_facts.py)."""
+    if not isinstance(stmt, ast.Assign) or not isinstance(stmt.value, ast.Call):
+        return False
+    if not all(isinstance(n, (ast.Name, ast.Attribute)) for t in stmt.targets for n in _target_leaves(t)):
+        return False
+    call = stmt.value
+    module, _, name = (facts.call_qualname(call) or "").rpartition(".")
+    if not (module == "torch.nn" or module.startswith("torch.nn.modules")) or not name[:1].isupper():
+        return False
+    return all(computes_no_graph(facts, a) for a in (*call.args, *(k.value for k in call.keywords)))
+
+
 def same_under_no_grad(facts, expr: ast.AST) -> bool:
     """A value that is the same whether built under ``no_grad`` or not, so
     it may be computed inside the block and read after it: a fresh tensor constructor without

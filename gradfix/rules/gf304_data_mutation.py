@@ -12,7 +12,7 @@ from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
 from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data, parameter_attributes
 from gradfix.analysis.vocabulary import closure_evaluation, optimizer_state, owner_class
-from gradfix.analysis.regions import header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
+from gradfix.analysis.regions import builds_torch_module, header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
 from gradfix.analysis.statements import (
     alone_on_its_lines,
     body_without_docstring,
@@ -318,7 +318,9 @@ class DataMutation(Rule):
     separated only by such statements, by fresh tensors built without `requires_grad=` (`b =
     torch.zeros(n)`) or by integer offsets (`ptr += w.numel()`) share one block, and those two
     may be read after it (the same values under `no_grad`, pinned in
-    `tests/facts/test_gf304_facts.py`); consecutive
+    `tests/facts/test_gf304_facts.py`); writes of one block separated only by the construction
+    of `torch.nn` layers (`self.bn1 = nn.BatchNorm1d(h)` between two init writes: the same module
+    under `no_grad`, pinned there too) share one block as well; consecutive
     loops like that share one `with`; and a function whose whole body would be wrapped (but a
     `return` of an argument) gets `@torch.no_grad()` instead, unless it is a generator or
     coroutine. A lone initialiser that would get a `with` of its own (`w.data.normal_(0,
@@ -1186,17 +1188,7 @@ class DataMutation(Rule):
         for stmt, attr in to_wrap:  # in source order, function by function
             by_function.setdefault(facts.function_of.get(stmt), []).append((stmt, attr))
         for func, writes in by_function.items():
-            groups: list[list[ast.stmt]] = []
-            previous = None
-            for stmt, _ in writes:
-                block = statement_block(facts, stmt)
-                body = getattr(*block) if block else []
-                index = next((i for i, s in enumerate(body) if s is stmt), None)
-                if groups and previous is not None and block == previous[0] and index == previous[1] + 1:
-                    groups[-1].append(stmt)
-                else:
-                    groups.append([stmt])
-                previous = (block, index)
+            groups = self._groups(facts, writes)
             plan = plan_no_grad(
                 facts,
                 func,
@@ -1234,6 +1226,40 @@ class DataMutation(Rule):
                 where = "the loop" if isinstance(run[0], (ast.For, ast.While)) and len(run) == 1 else "the writes"
                 title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"
                 yield self._finding(facts, inside, ("wrap", tuple(facts.span(s) for s in run)), title)
+
+    @staticmethod
+    def _groups(facts, writes) -> list[list[ast.stmt]]:
+        """The runs of statements ``writes`` need ``no_grad`` for: writes of one block next to
+        each other; and writes separated only by the construction of the layers they initialise
+        (`self.bn1 = nn.BatchNorm1d(h)`), with those constructions, unless one side is a lone
+        write that becomes a ``torch.nn.init`` call (no block needed for it)."""
+        groups: list[list[ast.stmt]] = []
+        gaps: list[list[ast.stmt] | None] = []  # the statements between a group and the one before
+        previous = None
+        for stmt, _ in writes:
+            block = statement_block(facts, stmt)
+            body = getattr(*block) if block else []
+            index = next((i for i, s in enumerate(body) if s is stmt), None)
+            same = previous is not None and previous[0] == block and None not in (index, previous[1])
+            if groups and same and index == previous[1] + 1:
+                groups[-1].append(stmt)
+            else:
+                between = body[previous[1] + 1 : index] if same else None
+                gaps.append(between if between and all(builds_torch_module(facts, s) for s in between) else None)
+                groups.append([stmt])
+            previous = (block, index)
+        attr_of = dict(writes)
+
+        def lone_init(group):
+            return len(group) == 1 and _init_call(facts, group, [(group[0], attr_of[group[0]])]) is not None
+
+        merged = groups[:1]
+        for group, between in zip(groups[1:], gaps[1:]):
+            if between is not None and not lone_init(group) and not (len(merged[-1]) == 1 and lone_init(merged[-1])):
+                merged[-1] = [*merged[-1], *between, *group]
+            else:
+                merged.append(group)
+        return merged
 
     def _drop_grad_data(self, facts, stmt, attr):
         return self.report(

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from gradfix import Settings, check
+from gradfix import Settings, check, fix
 
 DIFFERENTIATION = Settings(select=("GF102", "GF103"))
 
@@ -59,3 +59,53 @@ def test_backward_under_no_grad_in_a_try_that_expects_the_error():
     """
     assert _codes(source, DIFFERENTIATION) == []
     assert _codes(source.replace("except RuntimeError", "except Exception"), DIFFERENTIATION) == ["GF103"]
+
+
+INIT_PAIRS = """\
+import torch
+import torch.nn as nn
+
+
+class Policy(nn.Module):
+    def __init__(self, n, h):
+        super().__init__()
+        self.bn0 = nn.BatchNorm1d(n)
+        self.bn0.weight.data.fill_(1)
+        self.bn0.bias.data.fill_(0)
+
+        self.linear1 = {between}
+        self.bn1 = nn.BatchNorm1d(h)
+        self.bn1.weight.data.fill_(1)
+        self.bn1.bias.data.fill_(0)
+
+        self.head = nn.Linear(h, 1)
+        self.head.weight.data.mul_(0.1)
+        self.head.bias.data.mul_(0.1)
+        self.mask = torch.ones(h)
+
+    def forward(self, x):
+        return self.head(self.bn1(self.linear1(self.bn0(x)))) * self.mask
+"""
+
+DATA = Settings(select=("GF304",), unsafe_fixes=True)
+
+
+def test_init_writes_separated_by_the_layers_they_initialise_share_one_with():
+    # round 9, ikostrikov/pytorch-ddpg-naf: six `with` blocks in one __init__ before
+    source = INIT_PAIRS.format(between="nn.Linear(n, h)")
+    assert _codes(source, DATA) == ["GF304"]
+    fixed = fix(source, settings=DATA)
+    assert fixed.count("with torch.no_grad():") == 1
+    assert "            self.linear1 = nn.Linear(n, h)\n" in fixed  # built inside the `with`
+    assert "        self.bn0 = nn.BatchNorm1d(n)\n" in fixed  # the first layer stays before it
+    assert "        self.mask = torch.ones(h)\n" in fixed  # and what follows the last write after it
+    assert ".data" not in fixed
+    compile(fixed, "<fixed>", "exec")
+    assert fix(fixed, settings=DATA) == fixed
+
+
+def test_a_project_module_between_init_writes_keeps_them_apart():
+    # its constructor may do anything (a buffer computed from a parameter): not joined
+    source = INIT_PAIRS.format(between="Encoder(n, h)")
+    assert _codes(source, DATA) == ["GF304", "GF304"]
+    assert fix(source, settings=DATA).count("with torch.no_grad():") == 2

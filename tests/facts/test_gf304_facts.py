@@ -259,3 +259,33 @@ def test_a_distributed_collective_on_grads_does_the_same_with_grad_mode_on_or_of
         assert results[0][1:] == results[1][1:] == (False, None)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: torch.nn.Linear(4, 3),
+        lambda: torch.nn.BatchNorm1d(5),
+        lambda: torch.nn.Conv2d(2, 3, 3),
+        lambda: torch.nn.LSTM(4, 6, num_layers=2, dropout=0.1),
+        lambda: torch.nn.Embedding(7, 4, padding_idx=0),
+        lambda: torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.LayerNorm(3)),
+    ],
+)
+def test_a_torch_nn_module_built_under_no_grad_is_the_same_module(build):
+    """Why GF304 lets `self.bn1 = nn.BatchNorm1d(h)` sit inside the `with` that joins the init
+    writes around it (regions.builds_torch_module): same values, and every parameter is still a
+    leaf that requires grad and trains."""
+    torch.manual_seed(0)
+    plain = build()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        quiet = build()
+    for (name, a), (_, b) in zip(plain.named_parameters(), quiet.named_parameters(), strict=True):
+        assert torch.equal(a, b), name
+        assert b.requires_grad and b.is_leaf and b.grad_fn is None, name
+    sum(p.sum() for p in quiet.parameters()).backward()
+    assert all(p.grad is not None for p in quiet.parameters())
+    assert torch.nn.Parameter(torch.zeros(2)).requires_grad
+    with torch.no_grad():
+        assert torch.nn.Parameter(torch.zeros(2)).requires_grad
