@@ -1567,6 +1567,47 @@ def plan_train_insertion(
     return Plan("insert", target, loop)
 
 
+def past_bindings(facts: FileFacts, scope, plan: Plan, module: str, uses: list[ast.AST]) -> Plan:
+    """``plan`` with its ``.train()`` moved past the statements before the first use that may
+    bind ``module``: an assignment to it, or a call of a method on ``self`` that assigns it
+    (`if not self._initialized: self._initialize()` builds `self._net`: `self._net.train()`
+    before that raises AttributeError on None). "nofix" when the statement holding the first
+    use binds it too."""
+    if plan.outcome != "insert" or plan.target is None:
+        return plan
+    body = plan.in_loop.body if plan.in_loop is not None else scope.body
+    if plan.target not in body:
+        return plan
+    start = body.index(plan.target)
+    stop = next((i for i, c in enumerate(body) if any(is_descendant(facts, u, c) for u in uses)), len(body))
+    last = None
+    for i in range(start, min(stop + 1, len(body))):
+        if _may_bind(facts, body[i], module, set()):
+            last = i
+    if last is None:
+        return plan
+    if last >= stop:
+        return Plan("nofix")
+    return Plan("insert", body[last + 1], plan.in_loop)
+
+
+def _may_bind(facts: FileFacts, stmt: ast.AST, module: str, seen: set) -> bool:
+    for node in ast.walk(stmt):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(dotted_name(n) == module for t in targets for n in ast.walk(t)):
+                return True
+        elif isinstance(node, ast.Call) and module.startswith("self."):
+            func = node.func
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+                for method in callees(facts, node).defs:
+                    if method not in seen:
+                        seen.add(method)
+                        if any(_may_bind(facts, s, module, seen) for s in method.body):
+                            return True
+    return False
+
+
 def _after_train_switches(facts: FileFacts, body: list[ast.stmt], target: ast.stmt) -> ast.stmt:
     """The first statement from ``target`` on that is not a `.train()` of some module
     (`model.train()` first: the new `.train()` goes next to it), or ``target``."""

@@ -25,6 +25,7 @@ from gradfix.analysis.module_mode import (
     own_calls,
     own_loops_around,
     own_switches,
+    past_bindings,
     plan_train_insertion,
     pos,
     related,
@@ -96,7 +97,9 @@ class TrainWithoutTrainMode(Rule):
     Unsafe: the training steps run in train mode afterwards (dropout on, batch-norm updates
     its statistics), which is the intent, but changes results. It inserts `<module>.train()`
     at the start of the function when the function is one epoch, or at the start of the epoch
-    loop's body when the loop also evaluates. A module deliberately kept in eval mode while
+    loop's body when the loop also evaluates, after any statement there that may bind the
+    module (`self._initialize()` building `self._net`; no fix when the statement that uses it
+    binds it too). A module deliberately kept in eval mode while
     training (frozen batch-norm: `model.eval()` before the loop, or a submodule's `.eval()`)
     is not reported, or reported without a fix. Nor is a mode-free module (every layer it
     builds acts the same in both modes, judged across the project's files): training it in
@@ -393,6 +396,7 @@ class TrainWithoutTrainMode(Rule):
                 continue
             if plan.outcome == "insert" and built and pos(built[0]) >= pos(plan.target):
                 plan = Plan("nofix")  # `.train()` there would run before the module exists
+            plan = past_bindings(facts, scope, plan, module, uses)
             first = min(uses, key=pos)
             if frozen or plan.outcome == "nofix":
                 key = ("nofix", module)
