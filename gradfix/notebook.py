@@ -244,6 +244,9 @@ class VirtualModule:
     def marker(self, index: int) -> str:
         return f"# gradfix-notebook-cell {self.nonce} {index}\n"
 
+    def tail_marker(self) -> str:
+        return f"# gradfix-notebook-skipped-cells {self.nonce}\n"
+
 
 def _nonce(cells: list[Cell]) -> str:
     while True:
@@ -254,21 +257,47 @@ def _nonce(cells: list[Cell]) -> str:
 
 def virtual_module(cells: list[Cell], nonce: str | None = None) -> VirtualModule:
     module = VirtualModule("", nonce or _nonce(cells), {}, {}, {}, [])
-    parts, line = [], 1
+    parts, line, skipped = [], 1, []
     for cell in cells:
         if cell.cell_type != "code" or not cell.source.strip():
             continue
         analysed = mask_cell(cell.source, module.nonce, cell.index)
         if isinstance(analysed, str):
             module.notes.append(f"cell {cell.index + 1} skipped: {analysed}")
+            skipped.append(cell.source)
             continue
         parts.append(module.marker(cell.index) + analysed.code)
         module.analysed[cell.index] = analysed
         module.starts[cell.index] = line + 1
         module.lengths[cell.index] = analysed.code.count("\n")
         line += 1 + module.lengths[cell.index]
-    module.text = "".join(parts)
+    module.text = "".join(parts) + _skipped_uses(module, "".join(parts), skipped)
     return module
+
+
+def _skipped_uses(module: VirtualModule, text: str, skipped: list[str]) -> str:
+    """A tail that reads each imported name a skipped cell mentions (``(Variable, np)``), so that
+    no fix drops an import that cell still uses (a Python 2 cell calling ``Variable``); it is
+    analysed like the rest, and cut off again when the code goes back into the cells."""
+    words = {w for source in skipped for w in _WORD.findall(source)}
+    if not words:
+        return ""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return ""
+    imported = {
+        (alias.asname or alias.name).split(".")[0]
+        for stmt in tree.body
+        if isinstance(stmt, (ast.Import, ast.ImportFrom))
+        for alias in stmt.names
+        if alias.name != "*"
+    }
+    used = sorted(imported & words)
+    return f"{module.tail_marker()}({', '.join(used)},)\n" if used else ""
+
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
 class CellMappingError(Exception):
@@ -285,6 +314,7 @@ def split_virtual(module: VirtualModule, text: str) -> tuple[str, dict[int, str]
 
     Raises CellMappingError unless every marker is there exactly once, in cell order.
     """
+    text = text.split(module.tail_marker(), 1)[0]
     marker = re.compile(rf"^# gradfix-notebook-cell {module.nonce} (\d+)\n", re.M)
     pieces = marker.split(text)
     found = [int(pieces[i]) for i in range(1, len(pieces), 2)]

@@ -402,3 +402,30 @@ def test_a_fix_spanning_two_cells_is_refused_and_the_others_are_made(tmp_path, c
         "model.weight.data.normal_(std=0.01)",
         "with torch.no_grad():\n    y = model(torch.ones(2))\n",
     ]
+
+
+def _code(source: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+
+
+def test_an_import_a_skipped_cell_still_uses_is_kept(tmp_path, capsys, monkeypatch):
+    """Round 10 (functional-zoo, DiscoGAN-pytorch): a Python 2 cell gradfix cannot parse still
+    calls `Variable`; dropping `from torch.autograd import Variable` with the last parsed use
+    would make that cell raise NameError."""
+    cells = [
+        _code("import torch\nfrom torch.autograd import Variable\nimport numpy as np\n"),
+        _code("x = Variable(torch.zeros(3))\n"),
+        _code("print x\ny = Variable(torch.ones(2))\n"),  # Python 2: skipped
+    ]
+    path = tmp_path / "nb.ipynb"
+    write_notebook(path, cells)
+    code, out, err = run_cli(["--apply", "nb.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "cell 3 skipped" in err
+    fixed = [c["source"] for c in json.loads(path.read_text())["cells"]]
+    assert fixed[0] == cells[0]["source"]  # the import stays
+    assert fixed[1] == "x = torch.zeros(3)\n"
+    assert fixed[2] == cells[2]["source"]
+    # without the skipped cell the import goes, as before
+    write_notebook(path, cells[:2])
+    run_cli(["--apply", "nb.ipynb"], capsys, monkeypatch, tmp_path)
+    assert "Variable" not in json.loads(path.read_text())["cells"][0]["source"]
