@@ -17,6 +17,7 @@ from typing import Callable, Sequence, TypeVar
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
+from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from gradfix.model import Finding, Span
@@ -412,11 +413,47 @@ def _fix_imports(module: cst.Module, req: _ImportRequest) -> cst.Module:
         RemoveImportsVisitor.remove_unused_import(context, mod, name)
     if req.remove_if_unused:
         module = _RemoveImportsKeepComments(context).transform_module(module)
-    for mod, name in dict.fromkeys(req.add):
+    beside = _import_torch_beside(module) if ("torch", None) in req.add else None
+    if beside is not None:
+        module = beside
+    added = [a for a in dict.fromkeys(req.add) if not (a == ("torch", None) and beside is not None)]
+    for mod, name in added:
         AddImportsVisitor.add_needed_import(context, mod, name)
-    if req.add:
+    if added:
         module = AddImportsVisitor(context).transform_module(module)
     return module
+
+
+def _import_torch_beside(module: cst.Module) -> cst.Module | None:
+    """``module`` with ``import torch`` right above its first top-level ``import torch.nn as nn``
+    or ``from torch... import ...`` (where a person adds it, not below the project's own
+    imports), that statement's leading blank lines and comments moving up with it; ``module``
+    itself when ``import torch.jit`` already binds the name; None when there is no such
+    statement, or when torch is already imported as a module."""
+    first = None
+    for i, stmt in enumerate(module.body):
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    name = get_full_name_for_node(alias.name) or ""
+                    if name == "torch" and alias.asname is None:
+                        return None  # already there
+                    if name.startswith("torch.") and alias.asname is None:
+                        return module  # `import torch.jit` binds `torch` already
+                    if name.startswith("torch.") and first is None:
+                        first = i
+            elif isinstance(small, cst.ImportFrom) and small.relative == () and first is None:
+                name = get_full_name_for_node(small.module) if small.module is not None else ""
+                if name == "torch" or (name or "").startswith("torch."):
+                    first = i
+    if first is None:
+        return None
+    anchor = module.body[first]
+    new = cst.SimpleStatementLine(body=[cst.Import(names=[cst.ImportAlias(name=cst.Name("torch"))])], leading_lines=anchor.leading_lines)
+    body = [*module.body[:first], new, anchor.with_changes(leading_lines=()), *module.body[first + 1 :]]
+    return module.with_changes(body=body)
 
 
 def compile_error(source: bytes, path: str) -> str | None:

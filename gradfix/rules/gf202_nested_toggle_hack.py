@@ -308,8 +308,8 @@ class NestedToggleHack(Rule):
                 return total
             """,
             """
-            from torch import no_grad, set_grad_enabled
             import torch
+            from torch import no_grad, set_grad_enabled
 
 
             @torch.enable_grad()

@@ -228,7 +228,7 @@ if __name__ == "__main__":
 
 def test_an_import_under_the_main_guard_does_not_bind_torch_for_the_fix():
     fixed = _fix(MAIN_GUARD_IMPORT)
-    assert fixed.startswith("import math\nimport torch.nn as nn\nimport torch\n")
+    assert fixed.startswith("import math\nimport torch\nimport torch.nn as nn\n")  # beside the torch import
     pytest.importorskip("torch")
     exec(compile(fixed, "<backbone>", "exec"), {"__name__": "backbone"})  # no NameError
 

@@ -28,10 +28,11 @@ def test_an_out_write_through_data_is_fixed_under_no_grad(imports, call):
     source = f"{imports}\n\ndef mix(w, x, y, log):\n    {call}  # mixed\n    log.write('mixed')\n"
     assert _found(source) == [(4, True)]
     fixed = fix(source, settings=SETTINGS)
-    head = "import torch\n" if imports.startswith("from") else ""
+    # `import torch` goes right above the file's `from torch import ...`
+    imports = f"import torch\n{imports}" if imports.startswith("from") else imports
     written = call.replace("w.data", "w")
     assert fixed == (
-        f"{imports}\n{head}\ndef mix(w, x, y, log):\n    with torch.no_grad():\n        {written}  # mixed\n    log.write('mixed')\n"
+        f"{imports}\n\ndef mix(w, x, y, log):\n    with torch.no_grad():\n        {written}  # mixed\n    log.write('mixed')\n"
     ).replace("torch.no_grad", "T.no_grad" if imports == "import torch as T" else "torch.no_grad")
 
 

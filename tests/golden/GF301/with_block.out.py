@@ -1,5 +1,5 @@
-from torch import no_grad, cat
 import torch
+from torch import no_grad, cat
 
 
 def score_corpus(encoder, batches):
