@@ -109,3 +109,66 @@ def test_a_project_module_between_init_writes_keeps_them_apart():
     source = INIT_PAIRS.format(between="Encoder(n, h)")
     assert _codes(source, DATA) == ["GF304", "GF304"]
     assert fix(source, settings=DATA).count("with torch.no_grad():") == 2
+
+
+LAZY_NET = """\
+import torch
+import torch.nn as nn
+
+
+class Trainer(object):
+    def __init__(self, net=None):
+        self._net = net
+        self._optimizer = None
+
+    def _initialize(self):
+        if self._net is None:
+            self._net = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.2))
+        self._optimizer = torch.optim.Adam(self._net.parameters())
+
+    def fit(self, batches):
+        if self._optimizer is None:
+            self._initialize()
+        for x in batches:
+            loss = self._net(x).sum()
+            self._optimizer.zero_grad()
+            loss.backward()
+            self._optimizer.step()
+
+    def predict(self, x):
+        self._net.train(False)
+        return self._net(x).detach()
+"""
+
+TRAIN_MODE = Settings(select=("GF105",), unsafe_fixes=True)
+
+
+def test_train_goes_after_the_call_that_builds_the_module():
+    # round 9, dataflowr's FactorizationModel: `self._net.train()` at the top of fit() ran
+    # before `self._initialize()` built the net, an AttributeError on None
+    assert _codes(LAZY_NET, TRAIN_MODE) == ["GF105"]
+    fixed = fix(LAZY_NET, settings=TRAIN_MODE)
+    assert "            self._initialize()\n        self._net.train()\n        for x in batches:\n" in fixed
+    compile(fixed, "<fixed>", "exec")
+    assert fix(fixed, settings=TRAIN_MODE) == fixed
+
+
+def test_no_fix_when_the_statement_that_uses_the_module_also_builds_it():
+    source = LAZY_NET.replace(
+        "        if self._optimizer is None:\n            self._initialize()\n        for x in batches:\n",
+        "        for x in batches:\n            if self._optimizer is None:\n                self._initialize()\n",
+    )
+    findings = [f for f in check(source, settings=TRAIN_MODE) if f.code == "GF105"]
+    assert len(findings) == 1 and findings[0].fix is None
+
+
+def test_import_torch_goes_beside_the_files_torch_imports():
+    # round 10 (torchtitan, lufficc/SSD): `import torch` was appended after the project's own
+    # imports; a person adds it next to `import torch.nn as nn`
+    source = "from collections import OrderedDict\n\n# layers\nimport torch.nn as nn\n\nfrom .local import thing\n\n\ndef init(m):\n    for p in m.parameters():\n        p.data.zero_()\n"
+    fixed = fix(source, settings=DATA)
+    assert fixed.startswith("from collections import OrderedDict\n\n# layers\nimport torch\nimport torch.nn as nn\n\nfrom .local import thing\n")
+    assert fix("import os\nfrom torch import nn\n\n\ndef f(p):\n    p.data.zero_()\n", settings=DATA).startswith("import os\nimport torch\nfrom torch import nn\n")
+    loop = "\n\n\ndef init(m):\n    for p in m.parameters():\n        p.data.zero_()\n"
+    # `import torch.jit` binds `torch` itself: nothing to add
+    assert fix("import torch.jit\nimport torch.nn as nn" + loop, settings=DATA).startswith("import torch.jit\nimport torch.nn as nn\n\n\n@torch.no_grad()")
