@@ -444,7 +444,7 @@ def _import_torch_beside(module: cst.Module) -> cst.Module | None:
                         return module  # `import torch.jit` binds `torch` already
                     if name.startswith("torch.") and first is None:
                         first = i
-            elif isinstance(small, cst.ImportFrom) and small.relative == () and first is None:
+            elif isinstance(small, cst.ImportFrom) and not small.relative and first is None:
                 name = get_full_name_for_node(small.module) if small.module is not None else ""
                 if name == "torch" or (name or "").startswith("torch."):
                     first = i

@@ -1255,7 +1255,7 @@ class DataMutation(Rule):
 
         merged = groups[:1]
         for group, between in zip(groups[1:], gaps[1:]):
-            if between is not None and not lone_init(group) and not (len(merged[-1]) == 1 and lone_init(merged[-1])):
+            if between is not None and not lone_init(group) and not lone_init(merged[-1]):
                 merged[-1] = [*merged[-1], *between, *group]
             else:
                 merged.append(group)
