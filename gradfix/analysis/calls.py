@@ -29,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions
+from gradfix.analysis.statements import own_nodes
 from gradfix.analysis.vocabulary import owner_class
 from gradfix.facts import FileFacts
 
@@ -188,7 +189,7 @@ def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
     if scope is not None:
         a = scope.args
         other = other or name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
-    for node in _own_code(facts.tree.body if scope is None else scope.body):
+    for node in own_nodes(facts.tree if scope is None else scope):
         if isinstance(node, _DEFS) and node.name == name:
             defs.append(node)
         elif isinstance(node, ast.ClassDef) and node.name == name:
@@ -200,24 +201,6 @@ def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
     if not defs:
         other = True
     return Binding(tuple(sorted(defs, key=_pos)), other)
-
-
-def _own_code(body: list[ast.stmt]):
-    """The nodes of a scope's own code: not the bodies of the defs and lambdas in it (their
-    decorators, defaults and annotations run in it) nor anything of a class in it but the
-    ``class`` statement itself."""
-    todo: list[ast.AST] = list(body)
-    while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.ClassDef):
-            continue
-        if isinstance(node, _DEFS):
-            todo += [*node.decorator_list, node.args, *([node.returns] if node.returns else [])]
-        elif isinstance(node, ast.Lambda):
-            todo.append(node.args)
-        else:
-            todo += ast.iter_child_nodes(node)
 
 
 def _class_binding(facts: FileFacts, cls: ast.ClassDef, attr: str) -> Binding:

@@ -481,8 +481,12 @@ class GradFreeAnalysis:
                 self.sites[call] = site
 
     def _site(self, call: ast.Call, stmt, state) -> Site | None:
-        if caught(self.facts, call, "RuntimeError"):
+        site = self._differentiation(call, stmt, state)
+        if site is not None and caught(self.facts, call, "RuntimeError"):
             return None  # the code expects the differentiation to fail there
+        return site
+
+    def _differentiation(self, call: ast.Call, stmt, state) -> Site | None:
         found = backward_tensor(self.facts, call)
         if found is not None:
             kind, tensor = found
