@@ -108,8 +108,8 @@ def check(source: bytes | str, path: str = "<string>", settings: Settings = Sett
     text = decode_source(source)
     tree = parse(source, path)  # always: a syntax error is reported even where no rule applies
     chosen = _selected_for(settings)
-    found: dict[str, bool] = {}  # each trigger string is searched for once (rules share them)
-    triggered = [r for r in chosen if not r.triggers or any(_contains(text, t, found) for t in r.triggers)]
+    found: dict[str, bool] = {}  # each trigger expression is searched for once (rules share them)
+    triggered = [r for r in chosen if r.admits(text, found)]
     if not triggered:
         return []  # no facts for a file no rule's trigger admits
     enabled = [r.code for r in chosen]
@@ -142,13 +142,6 @@ def _unfixable_here(source: bytes | str, text: str, findings: list[Finding]) -> 
     if why is None:
         return findings
     return [replace(f, fix=None, fix_title=None, no_fix=why) if f.fix else f for f in findings]
-
-
-def _contains(text: str, trigger: str, found: dict[str, bool]) -> bool:
-    hit = found.get(trigger)
-    if hit is None:
-        hit = found[trigger] = trigger in text
-    return hit
 
 
 _last_selection: list = [None, ()]  # (settings, its rules): a run checks many files with one Settings

@@ -538,6 +538,26 @@ class FileFacts:
         kinds in ``_INDEXED``), in the order of ``function_of``. Do not modify the list."""
         return self._by_kind[kind]
 
+    def assignments_to(self, name: str) -> list[ast.Assign | ast.AnnAssign]:
+        """The assignments (with a value) whose target is the dotted name ``name``, or names it
+        as an element of a tuple/list target (``model = ...``, ``self.net, opt = ...``): an
+        index of the file's assignments by target, built once, so that a question about one
+        name does not read every assignment of the file."""
+        return self.memo(("facts.assignments_by_target",), self._assignments_by_target).get(name, [])
+
+    def _assignments_by_target(self) -> dict[str, list[ast.Assign | ast.AnnAssign]]:
+        index: dict[str, list] = {}
+        for node in (*self._by_kind[ast.Assign], *self._by_kind[ast.AnnAssign]):
+            if node.value is None:
+                continue
+            names = set()
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]
+                names.update(n for n in map(dotted_name, elements) if n is not None)
+            for name in names:
+                index.setdefault(name, []).append(node)
+        return index
+
     def statements(self, func: FunctionNode | None) -> Iterator[ast.stmt]:
         """Statements owned by ``func`` (not those of nested functions), in source order."""
         found = self._statements.get(func)

@@ -23,6 +23,26 @@ if TYPE_CHECKING:
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety")
 
 
+# Text a rule's ``triggers``/``requires`` name (regular expressions; see Rule.triggers).
+#: Every grad-mode API (each canonical name of gradfix.facts ends in one of these).
+GRAD_APIS = ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode")
+#: The APIs that can disable grad: a grad-disabled region or toggle names one of them.
+GRAD_DISABLING = ("no_grad", "set_grad_enabled", "inference_mode")
+GAP = r"[\s\\]*"  # what Python allows around a `.` or before `(`: spaces, line breaks, `\`
+
+
+def attribute(name: str, then: str = "") -> str:
+    r"""A regular expression for ``.name`` (however spaced) followed by ``then``: ``.eval()`` is
+    ``attribute("eval", r"\(")``."""
+    return rf"\.{GAP}{name}\b" + (GAP + then if then else "")
+
+
+#: ``.eval()`` (no arguments: nn.Module's).
+EVAL_CALL = attribute("eval", rf"\({GAP}\)")
+#: A switch to eval mode: ``.eval()``, ``.train(False)``, ``.train(mode=False)``.
+EVAL_SWITCH = (EVAL_CALL, attribute("train", rf"\({GAP}(?:mode{GAP}={GAP})?False"))
+
+
 @dataclass(frozen=True)
 class Option:
     """A per-rule option (``[tool.gradfix.rules.GF202] style = "block"``)."""
@@ -89,9 +109,14 @@ class Rule:
     #: Safety of the fix this rule builds; None for diagnostic-only rules.
     fix_safety: ClassVar[FixSafety | None] = None
     default_enabled: ClassVar[bool] = True
-    #: Substrings of the source; the rule is skipped on a file that contains none of them
-    #: (cheap pre-filter, so most files of a big tree are never walked). Empty: always run.
+    #: What the file's text must hold for the rule to be able to fire at all (a cheap pre-filter,
+    #: so that most files of a big tree are never walked): regular expressions, searched once
+    #: per file and shared by every rule. One of ``triggers`` must match and, for each group of
+    #: ``requires``, one expression of that group too. A file that fails is not analysed for
+    #: the rule, so each clause must be a necessary condition of a finding (tests/rules checks
+    #: it on every example and fixture). Empty triggers: always run.
     triggers: ClassVar[tuple[str, ...]] = ()
+    requires: ClassVar[tuple[tuple[str, ...], ...]] = ()
     options: ClassVar[tuple[Option, ...]] = ()
     #: Whether the rule asks the project index (classes of other files): the CLI builds the
     #: index only when a selected rule does.

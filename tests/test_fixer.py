@@ -117,7 +117,7 @@ class _Planted(RuleEntry):
 
     @classmethod
     def of(cls, rule):
-        return cls(rule.code, "", tuple(rule.triggers), rule.default_enabled, rule.uses_project, rule)
+        return cls(rule.code, "", tuple(rule.triggers), tuple(rule.requires), rule.default_enabled, rule.uses_project, rule)
 
     def load(self):
         return self.rule

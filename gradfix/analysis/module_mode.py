@@ -381,7 +381,7 @@ def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST) -> bool:
     names = sens.trees[sens.module][1]
     scope = _binding_scope(facts, name, at)
     values = []
-    for node in _assignments(facts):
+    for node in facts.assignments_to(name):
         if scope is not _ANY and facts.function_of.get(node) is not scope:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -394,13 +394,6 @@ def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST) -> bool:
         if qual is None or sens.is_module_class(qual) is not False:
             return False
     return True
-
-
-def _assignments(facts: FileFacts) -> list[ast.stmt]:
-    return facts.memo(
-        ("module_mode.assignments",),
-        lambda: [n for n in facts.function_of if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None],
-    )
 
 
 _MODULE_CLASS = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
@@ -1317,7 +1310,7 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
     scope = _binding_scope(facts, module, at)
     reaching = _reaching_bindings(facts, module, at)
     verdicts = []
-    for node in (*facts.nodes_of(ast.Assign), *facts.nodes_of(ast.AnnAssign)):  # every assignment of the file
+    for node in facts.assignments_to(module):
         if node in busy or (scope is not _ANY and facts.function_of.get(node) is not scope):
             continue  # another function's local of the same name is another object
         if reaching is not None and node not in reaching:
@@ -1736,16 +1729,24 @@ def built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
     params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
     if module in params or module in facts.scope_of_node[scope].globals:
         return []
-    out = []
-    for node in ast.walk(scope):
-        if isinstance(node, ast.Name) and node.id == module and isinstance(node.ctx, ast.Store):
-            if facts.function_of.get(node) is scope:
+    return list(_stores(facts, scope).get(module, ()))
+
+
+def _stores(facts: FileFacts, scope) -> dict[str, list[ast.stmt]]:
+    """Name -> the statements of ``scope``'s own code that store it, in source order."""
+
+    def compute():
+        out: dict[str, list[ast.stmt]] = {}
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and facts.function_of.get(node) is scope:
                 stmt = node
                 while stmt is not None and not isinstance(stmt, ast.stmt):
                     stmt = facts.parents.get(stmt)
                 if stmt is not None:
-                    out.append(stmt)
-    return sorted(out, key=pos)
+                    out.setdefault(node.id, []).append(stmt)
+        return {name: sorted(stmts, key=pos) for name, stmts in out.items()}
+
+    return facts.memo(("module_mode.stores", id(scope)), compute)
 
 
 # What reads saved weights: `torch.load(..)`, `load_checkpoint(..)`, `hub.load_state_dict_from_url(..)`,

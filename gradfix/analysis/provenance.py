@@ -133,6 +133,7 @@ class ReachingDefinitions:
         self.augmented: dict[ast.AugAssign, frozenset[Definition]] = {}
         self._loops: list[tuple[list, list]] = []
         self._elements: dict[tuple[int, int], ast.Subscript] = {}
+        self._reads: dict[ast.AST, list[ast.AST]] = {}  # _evaluated of each node read (a loop reads it again)
         self.unstable = _unstable_names(facts, func)
         body = facts.tree.body if func is None else func.body
         end = self._block(body, {})
@@ -305,7 +306,10 @@ class ReachingDefinitions:
         """Record the reads in ``node`` (evaluated here), in source order; walrus targets bind."""
         if node is None:
             return
-        for child in _evaluated(node):
+        reads = self._reads.get(node)
+        if reads is None:
+            reads = self._reads[node] = _evaluated(node)
+        for child in reads:
             if isinstance(child, ast.NamedExpr):
                 self._read(child.value, state)
                 self._define(child.target.id, Definition(child.target, "assign", child.value), state)

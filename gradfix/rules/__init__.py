@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -44,11 +45,30 @@ class RuleEntry:
     code: str
     module: str  # under gradfix.rules
     triggers: tuple[str, ...]
+    requires: tuple[tuple[str, ...], ...]
     default_enabled: bool
     uses_project: bool
 
     def load(self) -> type[Rule]:
         return _load(self.module, self.code)
+
+    def admits(self, text: str, found: dict[str, bool]) -> bool:
+        """Whether ``text`` holds what the rule needs to fire (:attr:`Rule.triggers`);
+        ``found`` keeps each expression's answer for the other rules of the file."""
+        return all(any(_search(text, p, found) for p in group) for group in (self.triggers, *self.requires) if group)
+
+
+_COMPILED: dict[str, re.Pattern] = {}
+
+
+def _search(text: str, pattern: str, found: dict[str, bool]) -> bool:
+    hit = found.get(pattern)
+    if hit is None:
+        compiled = _COMPILED.get(pattern)
+        if compiled is None:
+            compiled = _COMPILED[pattern] = re.compile(pattern)
+        hit = found[pattern] = compiled.search(text) is not None
+    return hit
 
 
 @lru_cache(maxsize=None)
@@ -66,4 +86,6 @@ def rule_entries() -> tuple[RuleEntry, ...]:
 
 def entry_of(rule: type[Rule]) -> RuleEntry:
     """What :mod:`gradfix.rules.index` must say of ``rule``."""
-    return RuleEntry(rule.code, rule.__module__.rsplit(".", 1)[1], tuple(rule.triggers), rule.default_enabled, rule.uses_project)
+    module = rule.__module__.rsplit(".", 1)[1]
+    requires = tuple(tuple(group) for group in rule.requires)
+    return RuleEntry(rule.code, module, tuple(rule.triggers), requires, rule.default_enabled, rule.uses_project)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import GRAD_APIS, Invalid, Rule, Valid
 
 
 class ContextManagerNotCalled(Rule):
@@ -42,7 +42,7 @@ class ContextManagerNotCalled(Rule):
     summary = "Grad context manager used in `with` without calling it"
     fix_safety = FixSafety.SAFE
     fix_title = "Call the context manager: add `()`"
-    triggers = ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode")  # the grad-mode APIs
+    triggers = GRAD_APIS
 
     VALID = [
         Valid(

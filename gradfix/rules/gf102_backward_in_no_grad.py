@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gradfix.analysis.gradflow import analyses, overbroad_block_feeds, short_code
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import GRAD_DISABLING, Invalid, Rule, Valid
 
 _WHY = {
     "backward": "backward() raises RuntimeError",
@@ -70,6 +70,7 @@ class BackwardInNoGrad(Rule):
     summary = "Differentiating a tensor computed under no_grad"
     fix_safety = None
     triggers = ("backward", "retain_grad", "autograd", "training_step")
+    requires = (GRAD_DISABLING,)  # a tensor computed under no_grad: a region of this file
 
     VALID = [
         # A helper that returns a tensor built with grad on; the backward runs in another helper.

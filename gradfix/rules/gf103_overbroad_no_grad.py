@@ -10,7 +10,7 @@ from gradfix.analysis.gradflow import BUILTINS, Flow, analyses, short_code, tain
 from gradfix.analysis.vocabulary import COMPUTE_METHODS, DETACHING_METHODS, VIEW_METHODS
 from gradfix.facts import target_names
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Option, Rule, Valid
+from gradfix.rule import GRAD_DISABLING, Invalid, Option, Rule, Valid
 
 
 class OverbroadNoGrad(Rule):
@@ -97,6 +97,7 @@ class OverbroadNoGrad(Rule):
     summary = "no_grad block also covers the stage that should train"
     fix_safety = FixSafety.UNSAFE
     triggers = ("backward", "training_step")
+    requires = (GRAD_DISABLING,)
     options = (
         Option("style", ("detach", "narrow"), "detach: drop the block, detach the frozen output; narrow: keep no_grad on the frozen stage only"),
     )

@@ -32,7 +32,7 @@ from gradfix.analysis.project import FREE, SENSITIVE
 from gradfix.analysis.vocabulary import FUNCTIONS, is_training_scope
 from gradfix.facts import FileFacts, GradRegion, bound_names
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Option, Rule, Valid
+from gradfix.rule import GRAD_DISABLING, Invalid, Option, Rule, Valid, attribute
 
 
 @dataclass
@@ -56,14 +56,14 @@ def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
     gaps: dict[ast.AST, EvalGap] = {}
     for call in sorted(facts.calls, key=pos):  # source order: the first call is the one reported
         func = facts.function_of.get(call)
-        if not isinstance(func, FUNCTIONS) or outer_disabled_region(facts, call) is None:
+        if not isinstance(func, FUNCTIONS) or outer_disabled_region(facts, call) is None or is_training_scope(facts, func):
             continue
         target = forward_target(facts, call)
         found = _evaluated_module(facts, call, target) if target is not None else None
         if found is None:
             continue
         module, evidence = found
-        if is_training_scope(facts, func) or not_an_evaluation(facts, func, call, module):
+        if not_an_evaluation(facts, func, call, module):
             continue
         if not train_mode_reaches(facts, func, (module, target), call):
             continue
@@ -84,26 +84,30 @@ def _evaluated_module(facts: FileFacts, call: ast.Call, target: str) -> tuple[st
     train mode here unless something switches it) and it is not mode-free (sensitive, or
     unknown); or when the function builds it itself, mode-sensitive, in train mode, and loads
     saved weights into it (with random weights it computes nothing to evaluate). Never
-    something that is no nn.Module at all (it has no `.eval()`)."""
+    something that is no nn.Module at all (it has no `.eval()`), nor a part of one."""
     parts = target.split(".")
-    for i in range(len(parts), 0, -1):
-        p = ".".join(parts[:i])
-        if not_a_module(facts, p, call):
-            return None
+    prefixes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]  # `a.b.c`, `a.b`, `a`
+    for k, p in enumerate(prefixes):
         # `model.inference(x)` runs that attribute of the module (a method or a submodule):
         # its kind is what that runs
-        attr = parts[i] if i < len(parts) else None
-        nodes = evidence_for(facts, p, call)
-        if nodes:
-            if module_sensitivity(facts, p, call, attr) == FREE:
-                return None  # `.eval()` would change nothing
-            return p, f"trained at line {nodes[0].lineno}"
-        own = fresh_local(facts, p, call)
-        if own is not None and module_sensitivity(facts, p, call, attr) == SENSITIVE:
-            built = [b for b in built_here(facts, own, p) if pos(b) < pos(call)]
-            loaded = loads_saved_weights(facts, own, p, call) if built else None
-            if loaded is not None:
-                return p, f"built at line {built[-1].lineno}, weights loaded at line {loaded.lineno}"
+        found = _train_mode_evidence(facts, call, p, parts[len(parts) - k] if k else None)
+        if found is not None:  # asked last, the dearest question: is it (or a part) no module?
+            return None if found is False or any(not_a_module(facts, q, call) for q in prefixes[: k + 1]) else found
+    return None
+
+
+def _train_mode_evidence(facts: FileFacts, call: ast.Call, p: str, attr: str | None) -> tuple[str, str] | bool | None:
+    """Why ``p`` is in train mode at ``call`` (see :func:`_evaluated_module`); False when it
+    is but is mode-free (`.eval()` would change nothing); None when nothing shows it."""
+    nodes = evidence_for(facts, p, call)
+    if nodes:
+        return module_sensitivity(facts, p, call, attr) != FREE and (p, f"trained at line {nodes[0].lineno}")
+    own = fresh_local(facts, p, call)
+    if own is not None:
+        built = [b for b in built_here(facts, own, p) if pos(b) < pos(call)]
+        loaded = loads_saved_weights(facts, own, p, call) if built else None
+        if loaded is not None and module_sensitivity(facts, p, call, attr) == SENSITIVE:
+            return p, f"built at line {built[-1].lineno}, weights loaded at line {loaded.lineno}"
     return None
 
 
@@ -203,7 +207,10 @@ class NoGradWithoutEval(Rule):
     name = "no-grad-without-eval"
     summary = "Module evaluated under no_grad without .eval()"
     fix_safety = FixSafety.UNSAFE
-    triggers = (".train(", "backward", ".step(")
+    triggers = GRAD_DISABLING
+    # Evidence of train mode: the file trains the module (`.train()`, a backward or an
+    # optimizer step), or the function builds it and loads saved weights into it.
+    requires = ((attribute("train", r"\("), "backward", attribute("step"), r"(?i)load|restore|checkpoint|pretrained|from_url"),)
     uses_project = True  # is the module mode-sensitive? (classes of other files)
     options = (
         Option(
@@ -395,6 +402,48 @@ class NoGradWithoutEval(Rule):
             "import torch\n" + _TRAIN + "\ndef evaluate(model, batches):\n    hidden, total = None, 0.0\n"
             "    model.eval()\n    with torch.no_grad():\n        for x, y in batches:\n            out, hidden = model(x, hidden)\n"
             "            total += (out - y).pow(2).sum().item()\n    return total\n",
+        ),
+        # an inference script that trains nothing: the model it builds and loads is in train mode
+        Invalid(
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+                    self.drop = nn.Dropout(0.5)
+
+                def forward(self, x):
+                    return self.drop(self.fc(x))
+
+            def predict(x, path):
+                model = Net()
+                model.load_state_dict(torch.load(path))
+                with torch.no_grad():
+                    return model(x)
+            """,
+            """
+            import torch
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+                    self.drop = nn.Dropout(0.5)
+
+                def forward(self, x):
+                    return self.drop(self.fc(x))
+
+            def predict(x, path):
+                model = Net()
+                model.load_state_dict(torch.load(path))
+                model.eval()
+                with torch.no_grad():
+                    return model(x)
+            """,
         ),
         # a mode-sensitive module built in the function without `.eval()`: it is in train mode
         # whatever other functions do; reported, but `.eval()` cannot go before the binding,

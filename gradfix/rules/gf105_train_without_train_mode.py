@@ -36,7 +36,7 @@ from gradfix.analysis.project import FREE
 from gradfix.analysis.vocabulary import calls_backward, caller_owns_mode, is_optimizer_step
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import EVAL_SWITCH, Invalid, Rule, Valid, attribute
 
 
 class TrainWithoutTrainMode(Rule):
@@ -117,6 +117,7 @@ class TrainWithoutTrainMode(Rule):
     summary = "Training steps may run in eval mode (no .train() after an .eval())"
     fix_safety = FixSafety.UNSAFE
     triggers = ("backward",)
+    requires = ((attribute("step"),), EVAL_SWITCH)  # an optimizer step; an `.eval()` of the file
     uses_project = True  # is the module mode-sensitive? (classes of other files)
 
     _EVAL = "\ndef evaluate(model, x):\n    model.eval()\n    with torch.no_grad():\n        return model(x)\n"

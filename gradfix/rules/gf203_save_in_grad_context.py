@@ -15,7 +15,7 @@ from gradfix.analysis.regions import (
 )
 from gradfix.analysis.statements import unwrap_with
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import GRAD_APIS, Invalid, Rule, Valid
 
 
 class SaveInGradContext(Rule):
@@ -60,6 +60,7 @@ class SaveInGradContext(Rule):
     summary = "`torch.save` at the end of a grad-mode `with` block"
     fix_safety = FixSafety.SAFE
     triggers = ("save",)
+    requires = (GRAD_APIS,)
 
     VALID = [
         Valid(

@@ -7,7 +7,7 @@ from gradfix.lazy import cst
 from gradfix.analysis.regions import droppable_grad_with, is_inert_save, is_neutral_statement
 from gradfix.analysis.statements import unwrap_with
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import GRAD_APIS, Invalid, Rule, Valid
 
 
 class EmptyGradContext(Rule):
@@ -51,7 +51,7 @@ class EmptyGradContext(Rule):
     name = "empty-grad-context"
     summary = "Grad-mode `with` block whose body does no tensor computation"
     fix_safety = FixSafety.SAFE
-    triggers = ("no_grad", "enable_grad", "set_grad_enabled", "inference_mode")  # the grad-mode APIs
+    triggers = GRAD_APIS
 
     VALID = [
         Valid(

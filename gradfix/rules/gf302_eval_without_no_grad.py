@@ -25,7 +25,7 @@ from gradfix.analysis.statements import (
 from gradfix.analysis.vocabulary import forward_callee, returned_closure
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import EVAL_CALL, Invalid, Rule, Valid
 
 
 def _uses_grad_checkpointing(facts: FileFacts, func) -> bool:
@@ -201,7 +201,7 @@ class EvalWithoutNoGrad(Rule):
     name = "eval-without-no-grad"
     summary = "Module called in eval mode without `no_grad`: a graph is recorded for nothing"
     fix_safety = FixSafety.UNSAFE
-    triggers = (".eval()",)
+    triggers = (EVAL_CALL,)
 
     VALID = [
         # `torch` comes from a star import, so the `with` is not resolved: it may already be

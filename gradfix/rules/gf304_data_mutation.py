@@ -23,7 +23,7 @@ from gradfix.analysis.statements import (
     torch_reachable,
     wrap_in_no_grad,
 )
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import GAP, Invalid, Rule, Valid, attribute
 
 # Tensor methods that overwrite values in place. Shape/storage changers (`resize_`, `set_`,
 # `t_`, `squeeze_`...) are left out: they behave differently on a tensor that requires grad.
@@ -385,7 +385,9 @@ class DataMutation(Rule):
     name = "data-mutation"
     summary = "In-place write through `.data` bypasses autograd's checks"
     fix_safety = FixSafety.UNSAFE
-    triggers = (".data",)
+    triggers = (attribute("data"),)
+    # A write: `.data[i] =`, `.data += `, `.data.add_(..)`, or a torch function's `out=`.
+    requires = ((attribute("data", rf"(?:\[|\.{GAP}\w+_{GAP}\(|[-+*/@%&|^<>]*=)"), rf"\bout{GAP}="),)
     uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [

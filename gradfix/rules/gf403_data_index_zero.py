@@ -12,7 +12,7 @@ from gradfix.analysis.tensor_data import may_be_torch_data
 from gradfix.analysis.vocabulary import in_torch_version_branch
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Rule, Valid
+from gradfix.rule import Invalid, Rule, Valid, attribute
 
 # Functional losses whose default reduction gives a 0-dim tensor (F.*loss* is matched by name).
 _FUNCTIONAL_LOSSES = frozenset(
@@ -292,7 +292,7 @@ class DataIndexZero(Rule):
     name = "data-index-zero"
     summary = "`loss.data[0]` raises IndexError on 0-dim tensors: use `loss.item()`"
     fix_safety = FixSafety.SAFE
-    triggers = (".data",)  # `<loss>.data[0]`: an attribute, as GF304's
+    triggers = (attribute("data", r"\["),)  # `<loss>.data[0]`
     uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [
