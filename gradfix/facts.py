@@ -106,6 +106,7 @@ class Scope:
     imports: dict[str, str] = field(default_factory=dict)  # local name -> qualified target
     locals: set[str] = field(default_factory=set)  # other bindings (params, assignments...)
     globals: set[str] = field(default_factory=set)
+    stores: list[ast.Name] = field(default_factory=list)  # its own code's `name = `, `del name`...
 
 
 class FileFacts:
@@ -181,6 +182,7 @@ class FileFacts:
                 function_of[node] = func
                 if type(node.ctx) is not Load:
                     scope.locals.add(node.id)
+                    scope.stores.append(node)
                 continue
             if kind is ScopeSwitch:
                 scope, func = node

@@ -114,7 +114,9 @@ class Rule:
     #: per file and shared by every rule. One of ``triggers`` must match and, for each group of
     #: ``requires``, one expression of that group too. A file that fails is not analysed for
     #: the rule, so each clause must be a necessary condition of a finding (tests/rules checks
-    #: it on every example and fixture). Empty triggers: always run.
+    #: it on every example and fixture). Empty triggers: always run. A plain word is looked for
+    #: with `in`, several times faster than an expression: name words in ``triggers`` and
+    #: the expressions that narrow them down in ``requires``.
     triggers: ClassVar[tuple[str, ...]] = ()
     requires: ClassVar[tuple[tuple[str, ...], ...]] = ()
     options: ClassVar[tuple[Option, ...]] = ()

@@ -278,7 +278,7 @@ def _dead(facts: FileFacts) -> frozenset:
 
 def module_level_bindings(facts: FileFacts) -> Counter:
     """How many statements of the module's own code (not of function or class bodies) bind
-    each name; an over-count (a comprehension's variable, a handler's body read twice) only
+    each name; an over-count (a handler's body read twice) only
     costs :func:`_dead`, :func:`_name_binding` and provenance's legacy-class aliases their fast
     paths."""
     return facts.memo(("calls.module_level_bindings",), lambda: _count_module_level_bindings(facts))
@@ -286,6 +286,9 @@ def module_level_bindings(facts: FileFacts) -> Counter:
 
 def _count_module_level_bindings(facts: FileFacts) -> Counter:
     counts: Counter = Counter()
+    # Without a walrus, an expression binds a name only as a target (`x = ...`, `for x in`,
+    # `del x`): a value is not walked (a model file's big `default_cfgs = {...}` literal).
+    walrus = ":=" in facts.source
     todo = list(facts.tree.body)
     while todo:
         stmt = todo.pop()
@@ -297,8 +300,11 @@ def _count_module_level_bindings(facts: FileFacts) -> Counter:
             for node in ast.iter_child_nodes(stmt):
                 if isinstance(node, ast.stmt):
                     todo.append(node)
-                else:  # expressions, handlers, match cases: every name they may bind
-                    todo.extend(getattr(node, "body", ()) if not isinstance(node, ast.expr) else ())
+                elif isinstance(node, ast.expr):
+                    if walrus or isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
+                        counts.update(_stored_names(node))
+                else:  # handlers, match cases, with items: every name they may bind
+                    todo.extend(getattr(node, "body", ()))
                     counts.update(_stored_names(node))
     return counts
 

@@ -260,6 +260,8 @@ def _rebound_parameter(facts: FileFacts, scope, root: str, at: ast.AST) -> bool:
     """Every binding of the parameter ``root`` that reaches ``at`` is the function's own
     assignment of a new object (`model = Infer(model.lin.weight)`): not the argument, nor a move
     or wrapper of it (`model = model.to(dev)`, `model = DDP(model)` share its mode)."""
+    if root not in _stores(facts, scope):
+        return False  # never assigned: only the argument can reach ``at``
     read = _first_read(at, root)
     if read is None or facts.function_of.get(read) is not scope:
         return False
@@ -1737,8 +1739,8 @@ def _stores(facts: FileFacts, scope) -> dict[str, list[ast.stmt]]:
 
     def compute():
         out: dict[str, list[ast.stmt]] = {}
-        for node in ast.walk(scope):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and facts.function_of.get(node) is scope:
+        for node in facts.scope_of_node[scope].stores:
+            if isinstance(node.ctx, ast.Store):
                 stmt = node
                 while stmt is not None and not isinstance(stmt, ast.stmt):
                     stmt = facts.parents.get(stmt)
@@ -1767,6 +1769,8 @@ def loads_saved_weights(facts: FileFacts, scope, module: str, before: ast.AST) -
     that loads it (``model = Auto.from_pretrained(name).train()``). Without one, a module built in
     the function has the random weights of its constructor: running it under ``no_grad`` is a
     smoke test or a shape probe, not an evaluation whose mode matters."""
+    if scope not in _loading_scopes(facts):
+        return None
     for stmt in built_here(facts, scope, module):
         value = getattr(stmt, "value", None)
         if pos(stmt) < pos(before) and isinstance(value, ast.AST):
@@ -1790,6 +1794,21 @@ def loads_saved_weights(facts: FileFacts, scope, module: str, before: ast.AST) -
             if any(_read_from_storage(facts, a, 0) for a in arguments if dotted_name(a) != module):
                 return call
     return None
+
+
+def _loading_scopes(facts: FileFacts) -> set:
+    """The functions that hold (in their own code, or a function or lambda inside) a call
+    named like a load: the only ones :func:`loads_saved_weights` can find one in."""
+
+    def compute():
+        out = set()
+        for call in facts.calls:
+            name = callee_name(call)
+            if name and (_READS_SAVED.match(name) or _LOADING_METHODS.match(name)):
+                out.update(facts.enclosing_functions(call))
+        return out
+
+    return facts.memo(("module_mode.loading_scopes",), compute)
 
 
 def _read_from_storage(facts: FileFacts, expr: ast.AST, depth: int) -> bool:

@@ -115,11 +115,14 @@ _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 class ReachingDefinitions:
     """For every read of a local name in one function (None: module level), the definitions
-    that may reach it, and the reads of the same name that may have come just before it."""
+    that may reach it, and, with ``reads``, the reads of the same name that may have come just
+    before it (what :func:`sole_holder` asks; tracking them makes every read change the state,
+    so the others leave it out)."""
 
-    def __init__(self, facts: FileFacts, func):
+    def __init__(self, facts: FileFacts, func, reads: bool = False):
         self.facts = facts
         self.func = func
+        self.track_reads = reads
         self.reaching: dict[ast.Name, frozenset[Definition]] = {}
         # What each read's name is bound to, ``unstable`` or not (which def a call runs asks
         # only what the name holds, not whether the object changed), and the state at the end.
@@ -319,9 +322,10 @@ class ReachingDefinitions:
                 if child.id not in state:
                     self.unbound.add(child)
                 self.bound[child] = self.bound.get(child, frozenset()) | bound
-                defs, reads = state.get(child.id, (frozenset({UNKNOWN}), frozenset()))
-                self.previous_reads[child] = self.previous_reads.get(child, frozenset()) | reads
-                state[child.id] = (defs, reads | {child})
+                if self.track_reads:
+                    defs, reads = state.get(child.id, (frozenset({UNKNOWN}), frozenset()))
+                    self.previous_reads[child] = self.previous_reads.get(child, frozenset()) | reads
+                    state[child.id] = (defs, reads | {child})
 
 
 def _evaluated(node: ast.AST) -> list[ast.AST]:
@@ -420,9 +424,10 @@ def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
     return frozenset(out)
 
 
-def reaching_definitions(facts: FileFacts, func) -> ReachingDefinitions:
-    """The :class:`ReachingDefinitions` of ``func`` (None: module level), once per file."""
-    return facts.memo(("provenance.reaching", func), lambda: ReachingDefinitions(facts, func))
+def reaching_definitions(facts: FileFacts, func, reads: bool = False) -> ReachingDefinitions:
+    """The :class:`ReachingDefinitions` of ``func`` (None: module level), once per file; with
+    ``reads``, one that also knows which reads may come before each read."""
+    return facts.memo(("provenance.reaching", func, reads), lambda: ReachingDefinitions(facts, func, reads))
 
 
 # -- origins -----------------------------------------------------------------------------------
@@ -792,7 +797,7 @@ def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
     func = facts.function_of.get(read)
     if isinstance(func, ast.Lambda):
         return False
-    flow = reaching_definitions(facts, func)
+    flow = reaching_definitions(facts, func, reads=True)
     definitions = flow.reaching.get(read, frozenset())
     if not definitions or any(d.kind in ("unknown", "def") for d in definitions):
         return False

@@ -91,7 +91,9 @@ def calls_backward(facts: FileFacts, scope) -> bool:
 def _calls_backward(facts: FileFacts, scope) -> bool:
     if facts.method_calls_in(scope, "backward") or facts.method_calls_in(scope, "manual_backward"):
         return True
-    return any(facts.call_qualname(c) == "torch.autograd.backward" for c in facts.calls_in(scope))
+    # `torch.autograd.backward(t)` is a method call of that name: only a bare name can be
+    # another spelling of it (`from torch.autograd import backward as bw`)
+    return any(isinstance(c.func, ast.Name) and facts.call_qualname(c) == "torch.autograd.backward" for c in facts.calls_in(scope))
 
 
 def parameter_update_loop(facts: FileFacts, node: ast.AST) -> ast.For | None:

@@ -58,16 +58,18 @@ class RuleEntry:
         return all(any(_search(text, p, found) for p in group) for group in (self.triggers, *self.requires) if group)
 
 
-_COMPILED: dict[str, re.Pattern] = {}
+_COMPILED: dict[str, re.Pattern | None] = {}  # None: a plain word, found faster with `in`
+_PLAIN = re.compile(r"\w+")
 
 
 def _search(text: str, pattern: str, found: dict[str, bool]) -> bool:
     hit = found.get(pattern)
     if hit is None:
-        compiled = _COMPILED.get(pattern)
-        if compiled is None:
-            compiled = _COMPILED[pattern] = re.compile(pattern)
-        hit = found[pattern] = compiled.search(text) is not None
+        try:
+            compiled = _COMPILED[pattern]
+        except KeyError:
+            compiled = _COMPILED[pattern] = None if _PLAIN.fullmatch(pattern) else re.compile(pattern)
+        hit = found[pattern] = pattern in text if compiled is None else compiled.search(text) is not None
     return hit
 
 

@@ -54,9 +54,14 @@ def evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
 
 def _evaluation_gaps(facts: FileFacts) -> list[EvalGap]:
     gaps: dict[ast.AST, EvalGap] = {}
+    # The functions with a grad-disabled region of their own (a `with` in their code, or a
+    # decorator): no other call can be in one.
+    disabling = {r.owner if r.kind == "decorator" else facts.function_of.get(r.owner) for r in facts.regions if r.disables}
     for call in sorted(facts.calls, key=pos):  # source order: the first call is the one reported
         func = facts.function_of.get(call)
-        if not isinstance(func, FUNCTIONS) or outer_disabled_region(facts, call) is None or is_training_scope(facts, func):
+        if func not in disabling or not isinstance(func, FUNCTIONS) or is_training_scope(facts, func):
+            continue
+        if outer_disabled_region(facts, call) is None:
             continue
         target = forward_target(facts, call)
         found = _evaluated_module(facts, call, target) if target is not None else None
@@ -103,10 +108,10 @@ def _train_mode_evidence(facts: FileFacts, call: ast.Call, p: str, attr: str | N
     if nodes:
         return module_sensitivity(facts, p, call, attr) != FREE and (p, f"trained at line {nodes[0].lineno}")
     own = fresh_local(facts, p, call)
-    if own is not None:
+    loaded = loads_saved_weights(facts, own, p, call) if own is not None else None
+    if loaded is not None:
         built = [b for b in built_here(facts, own, p) if pos(b) < pos(call)]
-        loaded = loads_saved_weights(facts, own, p, call) if built else None
-        if loaded is not None and module_sensitivity(facts, p, call, attr) == SENSITIVE:
+        if built and module_sensitivity(facts, p, call, attr) == SENSITIVE:
             return p, f"built at line {built[-1].lineno}, weights loaded at line {loaded.lineno}"
     return None
 

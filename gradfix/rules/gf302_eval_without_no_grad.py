@@ -201,7 +201,8 @@ class EvalWithoutNoGrad(Rule):
     name = "eval-without-no-grad"
     summary = "Module called in eval mode without `no_grad`: a graph is recorded for nothing"
     fix_safety = FixSafety.UNSAFE
-    triggers = (EVAL_CALL,)
+    triggers = ("eval",)
+    requires = ((EVAL_CALL,),)
 
     VALID = [
         # `torch` comes from a star import, so the `with` is not resolved: it may already be

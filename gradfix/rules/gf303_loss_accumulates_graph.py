@@ -8,7 +8,7 @@ from gradfix.lazy import cst
 
 from gradfix.facts import dotted_name
 from gradfix.model import FixSafety
-from gradfix.rule import Invalid, Option, Rule, Valid
+from gradfix.rule import Invalid, Option, Rule, Valid, attribute
 from gradfix.analysis.flow import always_ran_before
 from gradfix.analysis.statements import is_within
 
@@ -124,6 +124,7 @@ class LossAccumulatesGraph(Rule):
     summary = "Loss accumulated with its graph: every step's graph stays alive"
     fix_safety = FixSafety.SAFE
     triggers = ("backward",)
+    requires = ((attribute("backward", r"\("),),)  # a `.backward()` call: what the loss feeds
     options = (
         Option("style", ("detach", "item"), "`detach`: `loss.detach()` (safe); `item`: `loss.item()` (unsafe: a float)"),
     )

@@ -385,9 +385,9 @@ class DataMutation(Rule):
     name = "data-mutation"
     summary = "In-place write through `.data` bypasses autograd's checks"
     fix_safety = FixSafety.UNSAFE
-    triggers = (attribute("data"),)
+    triggers = ("data",)
     # A write: `.data[i] =`, `.data += `, `.data.add_(..)`, or a torch function's `out=`.
-    requires = ((attribute("data", rf"(?:\[|\.{GAP}\w+_{GAP}\(|[-+*/@%&|^<>]*=)"), rf"\bout{GAP}="),)
+    requires = ((attribute("data", rf"(?:\[|\.{GAP}\w+_{GAP}\(|[-+*/@%&|^<>]*=)"), rf"out(?<![\w.]out){GAP}="),)
     uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [

@@ -292,7 +292,8 @@ class DataIndexZero(Rule):
     name = "data-index-zero"
     summary = "`loss.data[0]` raises IndexError on 0-dim tensors: use `loss.item()`"
     fix_safety = FixSafety.SAFE
-    triggers = (attribute("data", r"\["),)  # `<loss>.data[0]`
+    triggers = ("data",)
+    requires = ((attribute("data", r"\["),),)  # `<loss>.data[0]`
     uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [
