@@ -180,7 +180,7 @@ def may_be_torch_data(facts: FileFacts, receiver: ast.expr) -> bool:
         return True
     if isinstance(root, ast.Attribute) and plain:
         # `n.b.data` where some `X.b = Value(..)` in the file: that attribute holds plain objects.
-        return root.attr not in _plain_attributes(facts)
+        return not _holds_plain_objects(facts, root.attr)
     return True
 
 
@@ -209,19 +209,18 @@ def _foreign_call(facts: FileFacts, value: ast.AST) -> bool:
     return isinstance(value, ast.Call) and (facts.call_qualname(value) or "").startswith(_FOREIGN_LIBRARIES)
 
 
-def _plain_attributes(facts: FileFacts) -> frozenset[str]:
-    """Attribute names the file assigns a plain data object to (``self.b = Value(0)``)."""
+def _holds_plain_objects(facts: FileFacts, attr: str) -> bool:
+    """Whether the file assigns a plain data object to some ``X.attr`` (``self.b = Value(0)``):
+    only the assignments to that attribute are asked what they build."""
 
     def compute():
-        return frozenset(
-            t.attr
+        return any(
+            _builds_plain_object(facts, node.value)
             for node in facts.nodes_of(ast.Assign)
-            if _builds_plain_object(facts, node.value)
-            for t in node.targets
-            if isinstance(t, ast.Attribute)
+            if any(isinstance(t, ast.Attribute) and t.attr == attr for t in node.targets)
         )
 
-    return facts.memo(("tensor_data.plain_attributes",), compute)
+    return facts.memo(("tensor_data.holds_plain_objects", attr), compute)
 
 
 def grads_may_require_grad(facts: FileFacts) -> bool:

@@ -304,14 +304,21 @@ def caller_owns_mode(facts: FileFacts, func) -> bool:
 def returned_closure(facts: FileFacts, func) -> bool:
     """``func`` is defined in a function that returns it (alone or in a tuple)."""
     outer = facts.function_of.get(func)
-    if not isinstance(outer, FUNCTIONS):
-        return False
-    for node in ast.walk(outer):
-        if isinstance(node, ast.Return) and node.value is not None and facts.function_of.get(node) is outer:
-            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
-            if any(isinstance(v, ast.Name) and v.id == func.name for v in values):
-                return True
-    return False
+    return isinstance(outer, FUNCTIONS) and func.name in _returned_names(facts, outer)
+
+
+def _returned_names(facts: FileFacts, func) -> frozenset[str]:
+    """The names ``func``'s own `return` statements give back (alone or in a tuple)."""
+
+    def compute():
+        out = set()
+        for stmt in facts.statements(func):
+            if isinstance(stmt, ast.Return) and stmt.value is not None:
+                values = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
+                out.update(v.id for v in values if isinstance(v, ast.Name))
+        return frozenset(out)
+
+    return facts.memo(("vocabulary.returned_names", func), compute)
 
 
 # -- tensor provenance ---------------------------------------------------------------------------
