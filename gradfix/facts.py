@@ -323,7 +323,35 @@ class FileFacts:
                 return scope.imports[name]
             if name in scope.locals:
                 return None
-        return None
+        return self._star_imported(name) if self._star_imports else None
+
+    @cached_property
+    def _star_imports(self) -> list[ast.ImportFrom]:
+        """The file's ``from M import *`` lines, last first (a later one rebinds the name)."""
+        stars = [n for n in self._by_kind[ast.ImportFrom] if any(a.name == "*" for a in n.names)]
+        return sorted(stars, key=lambda n: (n.lineno, n.col_offset), reverse=True)
+
+    def _star_imported(self, name: str) -> str | None:
+        """What the file's ``from M import *`` lines bind ``name`` to (the last one that binds
+        it wins): for a module of the run's project, what it defines or imports (its
+        ``__all__``); for a torch module, the APIs it exports. None when no star import is
+        known to bind it."""
+        cache = self._memo.setdefault(("facts.star_imported",), {})
+        if name not in cache:
+            from gradfix.analysis.project import absolute_module, torch_star_exports
+
+            project = self.project
+            here = project.module_of(self.path) if project is not None else None
+            cache[name] = None
+            for stmt in self._star_imports:
+                if stmt.level and here is None:
+                    continue  # a relative import with no project to resolve it in
+                source = absolute_module(stmt, here or "")
+                exports = project.star_exports(source) if project is not None and source in project.modules else torch_star_exports(source)
+                if name in exports:
+                    cache[name] = exports[name]
+                    break
+        return cache[name]
 
     def qualname(self, expr: ast.AST) -> str | None:
         """Canonical qualified name of a name/attribute chain (``T.no_grad`` -> torch.no_grad)."""

@@ -146,23 +146,51 @@ def module_level_names(tree: ast.Module, module: str) -> dict[str, str]:
     """Local name -> qualified name for a module's top-level imports and definitions
     (relative imports resolved against ``module``)."""
     names: dict[str, str] = {}
-    package = module.rpartition(".")[0]
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
         elif isinstance(stmt, ast.ImportFrom):
-            base = stmt.module or ""
-            if stmt.level:
-                parts = module.split(".")[: -stmt.level] if stmt.level <= module.count(".") + 1 else []
-                base = ".".join([*parts, base] if base else parts)
+            base = absolute_module(stmt, module)
             for alias in stmt.names:
                 if alias.name != "*":
                     names[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
         elif isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             names[stmt.name] = f"{module}.{stmt.name}" if module else stmt.name
-    del package
     return names
+
+
+def absolute_module(stmt: ast.ImportFrom, module: str) -> str:
+    """The module a from-import in ``module`` reads (``from ..utils import x`` in ``pkg.a.b``:
+    ``pkg.utils``)."""
+    base = stmt.module or ""
+    if not stmt.level:
+        return base
+    parts = module.split(".")[: -stmt.level] if stmt.level <= module.count(".") + 1 else []
+    return ".".join([*parts, base] if base else parts)
+
+
+# What `from <torch module> import *` binds of the names the rules ask about: the module's
+# `__all__` (pinned in tests/facts/test_star_import_facts.py).
+_TORCH_STAR = {
+    "torch": ("no_grad", "enable_grad", "inference_mode", "save"),
+    "torch.autograd": ("Variable", "no_grad", "enable_grad", "set_grad_enabled", "inference_mode", "grad", "backward"),
+}
+
+
+def torch_star_exports(module: str) -> dict[str, str]:
+    return {name: f"{module}.{name}" for name in _TORCH_STAR.get(module, ())}
+
+
+def _dunder_all(tree: ast.Module) -> set[str] | None:
+    """The names a module's top-level ``__all__ = [...]`` lists, when it lists literal strings."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in stmt.targets):
+            value = stmt.value
+            if isinstance(value, (ast.List, ast.Tuple)) and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in value.elts):
+                return {e.value for e in value.elts}
+            return None
+    return None
 
 
 def qualify(names: dict[str, str], expr: ast.AST) -> str | None:
@@ -316,6 +344,43 @@ class ProjectIndex:
             except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
                 pass
         return self._parsed[module]
+
+    def module_of(self, path: str) -> str | None:
+        """The dotted name the index gives the file at ``path``, or None."""
+        by_path = self.__dict__.get("_module_by_path")
+        if by_path is None:
+            by_path = self.__dict__["_module_by_path"] = {e.path: m for m, e in self.modules.items()}
+        return by_path.get(os.path.abspath(path))
+
+    def star_exports(self, module: str, depth: int = 0) -> dict[str, str]:
+        """What ``from module import *`` binds, name -> qualified name, for a project module:
+        its ``__all__`` when it lists literal strings, else its public top-level names (its own
+        imports included: ``from torch.autograd import Variable`` there is ``Variable`` here),
+        and what its own star imports bind (a few levels down). Empty when the module is not
+        indexed or does not parse; each file read is noted in ``reads``."""
+        parsed = self.parsed(module)
+        if parsed is None:
+            return {}
+        tree, names = parsed
+        out: dict[str, str] = {}
+        if depth < 3:
+            for stmt in tree.body:
+                if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
+                    source = absolute_module(stmt, module)
+                    if source in self.modules:
+                        out.update(self.star_exports(source, depth + 1))
+                    else:
+                        out.update(torch_star_exports(source))
+        out.update(names)
+        for stmt in tree.body:  # a name its code also binds (`x = ..`, `for x in`): unknown here
+            if not isinstance(stmt, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                for node in ast.walk(stmt):
+                    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                        out.pop(node.id, None)
+        listed = _dunder_all(tree)
+        if listed is not None:
+            return {n: t for n, t in out.items() if n in listed}
+        return {n: t for n, t in out.items() if not n.startswith("_")}
 
     # -- questions ------------------------------------------------------------------------
     def find_module(self, qualname: str, near: str = "") -> str | None:

@@ -330,6 +330,12 @@ VIEW_METHODS = frozenset(
     "narrow select unbind split chunk flatten unflatten contiguous to cuda cpu float double "
     "half bfloat16 long int bool type type_as as_strided movedim swapaxes unfold".split()
 )
+# Methods whose result always shares the receiver's memory (never a copy): an in-place write
+# to it writes the receiver (`p.data.narrow(0, 0, k).fill_(0)`; pinned in the facts tests).
+STORAGE_VIEWS = frozenset(
+    "view view_as narrow select t transpose permute squeeze unsqueeze diagonal expand expand_as "
+    "as_strided unflatten movedim swapaxes unfold".split()
+)
 # Methods that compute a new tensor from the receiver and their arguments (no parameters).
 COMPUTE_METHODS = frozenset(
     "sum mean pow exp log log1p abs norm softmax log_softmax sigmoid tanh relu clamp clamp_min "

@@ -11,7 +11,7 @@ from gradfix.model import FixSafety
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
 from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data, parameter_attributes
-from gradfix.analysis.vocabulary import closure_evaluation, optimizer_state, owner_class
+from gradfix.analysis.vocabulary import STORAGE_VIEWS, closure_evaluation, optimizer_state, owner_class
 from gradfix.analysis.regions import builds_torch_module, header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
 from gradfix.analysis.statements import (
     alone_on_its_lines,
@@ -65,9 +65,12 @@ def _last_name(expr: ast.expr) -> str | None:
 
 
 def _data_attribute(expr: ast.expr) -> ast.Attribute | None:
-    """``X.data`` under ``X.data`` / ``X.data[i]`` / ``X.data[i][j]``."""
-    while isinstance(expr, ast.Subscript):
-        expr = expr.value
+    """``X.data`` under ``X.data`` / ``X.data[i]`` / ``X.data[i][j]``, and views of them that
+    share their memory (``X.data.narrow(0, 0, k)``, ``X.data.view(-1)[0]``)."""
+    while isinstance(expr, ast.Subscript) or (
+        isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in STORAGE_VIEWS
+    ):
+        expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value
     if isinstance(expr, ast.Attribute) and expr.attr == "data":
         return expr
     return None
@@ -386,8 +389,14 @@ class DataMutation(Rule):
     summary = "In-place write through `.data` bypasses autograd's checks"
     fix_safety = FixSafety.UNSAFE
     triggers = ("data",)
-    # A write: `.data[i] =`, `.data += `, `.data.add_(..)`, or a torch function's `out=`.
-    requires = ((attribute("data", rf"(?:\[|\.{GAP}\w+_{GAP}\(|[-+*/@%&|^<>]*=)"), rf"out(?<![\w.]out){GAP}="),)
+    # A write: `.data[i] =`, `.data += `, `.data.add_(..)`, `.data.narrow(..).fill_(..)`, or a
+    # torch function's `out=`.
+    requires = (
+        (
+            attribute("data", rf"(?:\[|\.{GAP}(?:\w+_|{'|'.join(sorted(STORAGE_VIEWS))}){GAP}\(|[-+*/@%&|^<>]*=)"),
+            rf"out(?<![\w.]out){GAP}=",
+        ),
+    )
     uses_project = True  # is `.data` torch's? (a plain `Value` class of another file)
 
     VALID = [
@@ -520,6 +529,26 @@ class DataMutation(Rule):
         ),
     ]
     INVALID = [
+        # a write to a view of `.data` (one sharing its memory) writes `.data`
+        Invalid(
+            """
+            import torch
+
+            def reset_forget_bias(lstm, hidden):
+                for name, p in lstm.named_parameters():
+                    if "bias" in name:
+                        p.data.narrow(0, hidden, hidden).fill_(1.0)
+            """,
+            """
+            import torch
+
+            @torch.no_grad()
+            def reset_forget_bias(lstm, hidden):
+                for name, p in lstm.named_parameters():
+                    if "bias" in name:
+                        p.narrow(0, hidden, hidden).fill_(1.0)
+            """,
+        ),
         # `out=` writes in place as an in-place method does; the `.data` operands go too.
         Invalid(
             """

@@ -91,6 +91,7 @@ class VariableVolatile(Rule):
         ),
     )
     triggers = ("Variable",)  # the positional form `Variable(x, False, True)` has no "volatile"
+    uses_project = True  # `Variable` from `from utils import *`: what the project module imports
 
     VALID = [
         Valid(

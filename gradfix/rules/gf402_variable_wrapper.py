@@ -107,6 +107,7 @@ class VariableWrapper(Rule):
     summary = "Legacy `Variable(x)` wrapper: it returns `x.detach()`"
     fix_safety = FixSafety.SAFE
     triggers = ("Variable",)
+    uses_project = True  # `Variable` from `from utils import *`: what the project module imports
     options = (
         Option(
             "style",

@@ -65,6 +65,7 @@ class VariableTypeCheck(Rule):
     summary = "Type check against legacy `Variable`: `type(x) == Variable` is always False"
     fix_safety = FixSafety.SAFE
     triggers = ("Variable",)
+    uses_project = True  # `Variable` from `from utils import *`: what the project module imports
 
     VALID = [
         Valid(

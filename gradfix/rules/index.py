@@ -17,9 +17,9 @@ ENTRIES = (
     RuleEntry(code='GF301', module='gf301_prefer_inference_mode', triggers=('no_grad',), requires=(), default_enabled=False, uses_project=False),
     RuleEntry(code='GF302', module='gf302_eval_without_no_grad', triggers=('eval',), requires=(('\\.[\\s\\\\]*eval\\b[\\s\\\\]*\\([\\s\\\\]*\\)',),), default_enabled=True, uses_project=False),
     RuleEntry(code='GF303', module='gf303_loss_accumulates_graph', triggers=('backward',), requires=(('\\.[\\s\\\\]*backward\\b[\\s\\\\]*\\(',),), default_enabled=True, uses_project=False),
-    RuleEntry(code='GF304', module='gf304_data_mutation', triggers=('data',), requires=(('\\.[\\s\\\\]*data\\b[\\s\\\\]*(?:\\[|\\.[\\s\\\\]*\\w+_[\\s\\\\]*\\(|[-+*/@%&|^<>]*=)', 'out(?<![\\w.]out)[\\s\\\\]*='),), default_enabled=True, uses_project=True),
-    RuleEntry(code='GF401', module='gf401_variable_volatile', triggers=('Variable',), requires=(), default_enabled=True, uses_project=False),
-    RuleEntry(code='GF402', module='gf402_variable_wrapper', triggers=('Variable',), requires=(), default_enabled=True, uses_project=False),
+    RuleEntry(code='GF304', module='gf304_data_mutation', triggers=('data',), requires=(('\\.[\\s\\\\]*data\\b[\\s\\\\]*(?:\\[|\\.[\\s\\\\]*(?:\\w+_|as_strided|diagonal|expand|expand_as|movedim|narrow|permute|select|squeeze|swapaxes|t|transpose|unflatten|unfold|unsqueeze|view|view_as)[\\s\\\\]*\\(|[-+*/@%&|^<>]*=)', 'out(?<![\\w.]out)[\\s\\\\]*='),), default_enabled=True, uses_project=True),
+    RuleEntry(code='GF401', module='gf401_variable_volatile', triggers=('Variable',), requires=(), default_enabled=True, uses_project=True),
+    RuleEntry(code='GF402', module='gf402_variable_wrapper', triggers=('Variable',), requires=(), default_enabled=True, uses_project=True),
     RuleEntry(code='GF403', module='gf403_data_index_zero', triggers=('data',), requires=(('\\.[\\s\\\\]*data\\b[\\s\\\\]*\\[',),), default_enabled=True, uses_project=True),
-    RuleEntry(code='GF404', module='gf404_variable_type_check', triggers=('Variable',), requires=(), default_enabled=True, uses_project=False),
+    RuleEntry(code='GF404', module='gf404_variable_type_check', triggers=('Variable',), requires=(), default_enabled=True, uses_project=True),
 )

@@ -197,3 +197,96 @@ def test_a_class_whose_forward_reads_training_is_mode_sensitive():
     sens = Sensitivity(None, build_facts(source).tree, "")
     assert sens.of_qualname("Net") == SENSITIVE
     assert sens.of_qualname("Plain") == UNKNOWN  # `act_layer()` could build anything
+
+
+# -- names bound by `from module import *` -----------------------------------------------------
+
+UTILS = """\
+import torch
+import torch.nn.functional as F
+from torch.autograd import Variable
+
+
+def to_var(x):
+    return x
+"""
+
+EVALUATE = """\
+from utils import *
+
+
+def evaluate(model, loader):
+    total = 0
+    for x, y in loader:
+        x = Variable(x, volatile=True)
+        total += F.nll_loss(model(x), y).item()
+    return total
+"""
+
+
+def _codes(root: Path, name: str, select=("GF401",)) -> list[tuple[str, int]]:
+    path = root / name
+    found = check(path.read_bytes(), str(path), Settings(select=select), project=_index(root))
+    return [(f.code, f.line) for f in found]
+
+
+def test_a_star_import_of_a_project_module_binds_what_it_imports(tmp_path):
+    (tmp_path / "utils.py").write_text(UTILS)
+    (tmp_path / "evaluate.py").write_text(EVALUATE)
+    assert _codes(tmp_path, "evaluate.py") == [("GF401", 7)]
+    # without the project, `Variable` could be anything: nothing is reported
+    path = tmp_path / "evaluate.py"
+    assert check(path.read_bytes(), str(path), Settings(select=("GF401",))) == []
+
+
+def test_a_relative_star_import_and_a_star_import_inside_the_module(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "common.py").write_text("from torch.autograd import *\n\n\ndef f():\n    pass\n")
+    (pkg / "utils.py").write_text("from .common import *\n")
+    (pkg / "evaluate.py").write_text(EVALUATE.replace("from utils import *", "from .utils import *"))
+    assert _codes(tmp_path, "pkg/evaluate.py") == [("GF401", 7)]
+
+
+@pytest.mark.parametrize(
+    "utils",
+    [
+        UTILS + '\n__all__ = ["to_var"]\n',  # `__all__` leaves Variable out
+        UTILS + "\nVariable = object\n",  # the module rebinds the name: unknown
+        UTILS.replace("from torch.autograd import Variable", "from mylib import Variable"),
+        "from numpy import *\n",  # a module of no project and no torch: unknown
+    ],
+    ids=["__all__", "rebound", "other-library", "numpy"],
+)
+def test_a_star_import_binds_only_what_the_module_exports(tmp_path, utils):
+    (tmp_path / "utils.py").write_text(utils)
+    (tmp_path / "evaluate.py").write_text(EVALUATE)
+    assert _codes(tmp_path, "evaluate.py") == []
+
+
+def test_the_last_star_import_that_binds_a_name_wins(tmp_path):
+    (tmp_path / "utils.py").write_text(UTILS)
+    (tmp_path / "other.py").write_text("from mylib import Variable\n")
+    (tmp_path / "evaluate.py").write_text(EVALUATE.replace("from utils import *", "from utils import *\nfrom other import *"))
+    assert _codes(tmp_path, "evaluate.py") == []
+    (tmp_path / "evaluate.py").write_text(EVALUATE.replace("from utils import *", "from other import *\nfrom utils import *"))
+    assert _codes(tmp_path, "evaluate.py") == [("GF401", 8)]
+
+
+def test_a_result_that_read_a_star_imported_module_follows_its_edits(tmp_path, capsys, monkeypatch):
+    from gradfix import cli
+
+    (tmp_path / "utils.py").write_text(UTILS)
+    (tmp_path / "evaluate.py").write_text(EVALUATE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRADFIX_CACHE_DIR", str(tmp_path / "cache"))
+
+    def gf401() -> list[tuple[str, int]]:
+        with pytest.raises(SystemExit):
+            cli.main([".", "--select", "GF401", "--format", "json"])
+        return [(f["path"], f["line"]) for f in json.loads(capsys.readouterr().out) if f["code"] == "GF401"]
+
+    assert gf401() == [("evaluate.py", 7)]
+    (tmp_path / "utils.py").write_text(UTILS.replace("from torch.autograd import Variable", "from mylib import Variable"))
+    assert gf401() == []  # the cached entry read utils.py: it is not trusted any more

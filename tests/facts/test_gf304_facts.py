@@ -289,3 +289,37 @@ def test_a_torch_nn_module_built_under_no_grad_is_the_same_module(build):
     assert torch.nn.Parameter(torch.zeros(2)).requires_grad
     with torch.no_grad():
         assert torch.nn.Parameter(torch.zeros(2)).requires_grad
+
+
+_VIEW_CALLS = {
+    "view": lambda t: t.view(-1),
+    "view_as": lambda t: t.view_as(t),
+    "narrow": lambda t: t.narrow(0, 1, 2),
+    "select": lambda t: t.select(1, 0),
+    "t": lambda t: t.t(),
+    "transpose": lambda t: t.transpose(0, 1),
+    "permute": lambda t: t.permute(1, 0),
+    "squeeze": lambda t: t.squeeze(),
+    "unsqueeze": lambda t: t.unsqueeze(0),
+    "diagonal": lambda t: t.diagonal(),
+    "expand": lambda t: t[:1].expand(4, 4),
+    "expand_as": lambda t: t[:1].expand_as(t),
+    "as_strided": lambda t: t.as_strided((2,), (1,)),
+    "unflatten": lambda t: t.unflatten(0, (2, 2)),
+    "movedim": lambda t: t.movedim(0, 1),
+    "swapaxes": lambda t: t.swapaxes(0, 1),
+    "unfold": lambda t: t.unfold(0, 2, 1),
+}
+
+
+@pytest.mark.parametrize("method", sorted(_VIEW_CALLS))
+def test_a_storage_view_of_data_writes_the_parameter_and_so_does_it_under_no_grad(method):
+    from gradfix.analysis.vocabulary import STORAGE_VIEWS
+
+    assert set(_VIEW_CALLS) == STORAGE_VIEWS  # every method GF304 follows, and only those
+    through_data, through_no_grad = torch.nn.Parameter(torch.ones(4, 4)), torch.nn.Parameter(torch.ones(4, 4))
+    _VIEW_CALLS[method](through_data.data).fill_(0)
+    with torch.no_grad():
+        _VIEW_CALLS[method](through_no_grad).fill_(0)
+    assert (through_data == 0).any() and torch.equal(through_data.detach(), through_no_grad.detach())
+    assert through_no_grad.requires_grad and through_no_grad.is_leaf
