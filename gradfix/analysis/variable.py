@@ -483,7 +483,7 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead, ``call -> (statement,
     heir)``, where ``heir`` is the statement after it that keeps the blank lines above it
-    (None: there are none). Only for a one-line statement with no comment, and not for
+    (None: there are none). Only for a statement alone on its lines, with no comment, and not for
     every statement of a block (it needs one). Second: the calls of such statements that must
     stay (a comment above them, blank lines and no statement after them to carry those, or a
     block they would leave empty): they become the exact alias, never ``x = x``."""
@@ -502,9 +502,9 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
             for t, v in pairs
         ):
             continue
-        text = facts.line_text(stmt.lineno)
-        if stmt.lineno != stmt.end_lineno or "#" in text or text.strip() != facts.segment(stmt):
-            continue
+        lines = [facts.line_text(n) for n in range(stmt.lineno, stmt.end_lineno + 1)]
+        if any("#" in line for line in lines) or "\n".join(lines).strip() != facts.segment(stmt):
+            continue  # a comment, or another statement on its lines
         for _, v in pairs:
             found[v] = stmt
     candidates = set(found)

@@ -283,6 +283,24 @@ class VariableWrapper(Rule):
             """,
             count=2,
         ),
+        # ...also when the statement spans lines
+        Invalid(
+            """
+            from torch.autograd import Variable
+
+            def validate(model, valid_loader):
+                for data, relations in valid_loader:
+                    data, relations = Variable(data, requires_grad=False), Variable(
+                        relations, requires_grad=False)
+                    print(model(data, relations).mean().item())
+            """,
+            """
+            def validate(model, valid_loader):
+                for data, relations in valid_loader:
+                    print(model(data, relations).mean().item())
+            """,
+            count=2,
+        ),
         # A name bound to a fresh tensor and not read again: the wrapper goes; an unknown
         # call (`model.init_hidden()`) may hand out a graph: `.detach()`.
         Invalid(
