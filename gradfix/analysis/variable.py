@@ -386,7 +386,8 @@ def _own_edits(ctx, finding, kind, module, statement, heir):
         moved = inherits.with_changes(leading_lines=[*line.leading_lines, *inherits.leading_lines])
         return [Edit(line, cst.RemoveFromParent()), Edit(inherits, moved)]
     call = ctx.node_at(finding.span, cst.Call)
-    return [Edit(call, rewritten(ctx, call, kind).with_changes(lpar=call.lpar, rpar=call.rpar))]
+    new = rewritten(ctx, call, kind)
+    return [Edit(call, new.with_changes(lpar=call.lpar, rpar=call.rpar) if call.lpar else new)]
 
 
 def _statement_at(ctx, span):
@@ -626,10 +627,8 @@ def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:
         flag = cst.Name("True" if flag.value == "1" else "False")
     literal_true = isinstance(flag, cst.Name) and flag.value == "True"
     flag_args = [] if literal_true else [cst.Arg(flag)] if flag is not None else []
-    if kind == "drop":
-        return _parenthesized(ctx, data)
-    if kind == "drop_data":
-        return _parenthesized(ctx, data.value)
+    if kind in ("drop", "drop_data"):
+        return _in_place_of(ctx, call, data if kind == "drop" else data.value)
     if kind == "constructor_flag":
         new = cst.Arg(
             flag,
@@ -660,6 +659,22 @@ def _method(receiver: cst.BaseExpression, name: str, args=()) -> cst.Call:
 
 def _is_false(flag: cst.BaseExpression) -> bool:
     return isinstance(flag, cst.Name) and flag.value == "False"
+
+
+def _in_place_of(ctx, call: cst.Call, node: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` written where ``call`` stood: in parentheses where an operator there would bind
+    otherwise (``Variable(i - 1).cuda()`` -> ``(i - 1).cuda()``), a line break needs them or a
+    walrus or yield does; bare elsewhere (``x = Variable(i - 1)`` -> ``x = i - 1``)."""
+    if not _needs_parens(ctx, node):
+        return node
+    parent = ctx.parent(call)
+    operand = isinstance(
+        parent,
+        (cst.Attribute, cst.Subscript, cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.ComparisonTarget, cst.Await),
+    ) or (isinstance(parent, cst.Call) and parent.func is call)
+    if operand or "\n" in ctx.code(node) or isinstance(node, (cst.NamedExpr, cst.Yield, cst.Lambda)):
+        return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+    return node
 
 
 def _parenthesized(ctx, node: cst.BaseExpression) -> cst.BaseExpression:

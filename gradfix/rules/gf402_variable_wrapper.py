@@ -283,6 +283,30 @@ class VariableWrapper(Rule):
             """,
             count=2,
         ),
+        # An expression of fresh tensors loses the wrapper; parentheses stay only where an
+        # operator would bind otherwise.
+        Invalid(
+            """
+            import torch
+            from torch.autograd import Variable
+
+            def gather_last(padded, lengths, size):
+                idx = torch.LongTensor(lengths).view(-1, 1, 1)
+                idx = Variable(idx.expand(padded.size(0), 1, size) - 1).cuda()
+                offset = Variable(idx + 1)
+                return torch.gather(padded, 1, idx), offset
+            """,
+            """
+            import torch
+
+            def gather_last(padded, lengths, size):
+                idx = torch.LongTensor(lengths).view(-1, 1, 1)
+                idx = (idx.expand(padded.size(0), 1, size) - 1).cuda()
+                offset = idx + 1
+                return torch.gather(padded, 1, idx), offset
+            """,
+            count=2,
+        ),
         # ...also when the statement spans lines
         Invalid(
             """
