@@ -142,16 +142,16 @@ def _false(expr: ast.expr) -> bool:
 # -- one file's names ---------------------------------------------------------------------
 
 
-def module_level_names(tree: ast.Module, module: str) -> dict[str, str]:
+def module_level_names(tree: ast.Module, module: str, package: bool = False) -> dict[str, str]:
     """Local name -> qualified name for a module's top-level imports and definitions
-    (relative imports resolved against ``module``)."""
+    (relative imports resolved against ``module``, a package's ``__init__`` when ``package``)."""
     names: dict[str, str] = {}
     for stmt in tree.body:
         if isinstance(stmt, ast.Import):
             for alias in stmt.names:
                 names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
         elif isinstance(stmt, ast.ImportFrom):
-            base = absolute_module(stmt, module)
+            base = absolute_module(stmt, module, package)
             for alias in stmt.names:
                 if alias.name != "*":
                     names[alias.asname or alias.name] = f"{base}.{alias.name}" if base else alias.name
@@ -160,13 +160,16 @@ def module_level_names(tree: ast.Module, module: str) -> dict[str, str]:
     return names
 
 
-def absolute_module(stmt: ast.ImportFrom, module: str) -> str:
+def absolute_module(stmt: ast.ImportFrom, module: str, package: bool = False) -> str:
     """The module a from-import in ``module`` reads (``from ..utils import x`` in ``pkg.a.b``:
-    ``pkg.utils``)."""
+    ``pkg.utils``). In a package's ``__init__`` (``package``), ``.`` is the package itself:
+    ``from .resnet import ResNet`` in ``pkg/models/__init__.py`` reads ``pkg.models.resnet``."""
     base = stmt.module or ""
     if not stmt.level:
         return base
-    parts = module.split(".")[: -stmt.level] if stmt.level <= module.count(".") + 1 else []
+    parts = module.split(".") if module else []
+    drop = stmt.level - 1 if package else stmt.level
+    parts = parts[: len(parts) - drop] if drop <= len(parts) else []
     return ".".join([*parts, base] if base else parts)
 
 
@@ -340,10 +343,15 @@ class ProjectIndex:
                     data = handle.read()
                 if hashlib.sha1(data).hexdigest() == entry.sha1:
                     tree = ast.parse(data)
-                    self._parsed[module] = (tree, module_level_names(tree, module))
+                    self._parsed[module] = (tree, module_level_names(tree, module, self.is_package(module)))
             except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
                 pass
         return self._parsed[module]
+
+    def is_package(self, module: str) -> bool:
+        """Whether ``module`` is a package's ``__init__.py``."""
+        entry = self.modules.get(module)
+        return entry is not None and os.path.basename(entry.path) == "__init__.py"
 
     def module_of(self, path: str) -> str | None:
         """The dotted name the index gives the file at ``path``, or None."""
@@ -366,7 +374,7 @@ class ProjectIndex:
         if depth < 3:
             for stmt in tree.body:
                 if isinstance(stmt, ast.ImportFrom) and any(a.name == "*" for a in stmt.names):
-                    source = absolute_module(stmt, module)
+                    source = absolute_module(stmt, module, self.is_package(module))
                     if source in self.modules:
                         out.update(self.star_exports(source, depth + 1))
                     else:
@@ -436,7 +444,8 @@ class Sensitivity:
 
     def __init__(self, index: ProjectIndex | None, tree: ast.Module, module: str = ""):
         self.index = index
-        self.trees: dict[str, tuple[ast.Module, dict[str, str]] | None] = {module: (tree, module_level_names(tree, module))}
+        package = index is not None and index.is_package(module)
+        self.trees: dict[str, tuple[ast.Module, dict[str, str]] | None] = {module: (tree, module_level_names(tree, module, package))}
         self.module = module
         self._classes: dict[str, str] = {}
 

@@ -290,3 +290,20 @@ def test_a_result_that_read_a_star_imported_module_follows_its_edits(tmp_path, c
     assert gf401() == [("evaluate.py", 7)]
     (tmp_path / "utils.py").write_text(UTILS.replace("from torch.autograd import Variable", "from mylib import Variable"))
     assert gf401() == []  # the cached entry read utils.py: it is not trusted any more
+
+
+def test_a_package_init_resolves_its_relative_imports_against_the_package_itself(tmp_path):
+    # `from .layers import Block` in pkg/nn/__init__.py reads pkg.nn.layers, not pkg.layers: a
+    # class re-exported there is judged by its own definition (mode-free here)
+    nn_pkg = tmp_path / "pkg" / "nn"
+    nn_pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (nn_pkg / "__init__.py").write_text("from .layers import Block\nfrom . import layers\n")
+    (nn_pkg / "layers.py").write_text(BLOCKS.replace("nn.Dropout(0.1)", "nn.Identity()"))
+    (tmp_path / "pkg" / "layers.py").write_text(BLOCKS)  # a decoy with dropout at the wrong level
+    (tmp_path / "train.py").write_text("from pkg.nn import Block\n")
+    index = _index(tmp_path)
+    facts = build_facts((tmp_path / "train.py").read_text(), str(tmp_path / "train.py"))
+    sens = Sensitivity(index, facts.tree, "train")
+    assert index.is_package("pkg.nn") and not index.is_package("pkg.nn.layers")
+    assert sens.of_qualname("pkg.nn.Block") == FREE
