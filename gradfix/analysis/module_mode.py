@@ -1453,7 +1453,12 @@ def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int |
                 return UNKNOWN if wrapped is None else _expression_verdict(sens, names, wrapped, attr)
             return _sensitivity(facts, name, node, depth + 1, busy | {node}, attr)
     if index is not None:
-        return UNKNOWN  # `net, opt = build(cfg)`: what the call returns is not known here
+        # `net, opt = build(cfg)`: element `index` of what a function of this file returns
+        # (the defs the call may run, redefinitions followed); anything else is not known here
+        runs = callees(facts, base) if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) else None
+        if runs is None or not runs.defs or runs.other or any(d.name != base.func.id for d in runs.defs):
+            return UNKNOWN
+        return combine(sens.factory_of(d, names, index) for d in runs.defs)
     alias = dotted_name(base)
     if alias is not None:  # `model = model.cuda()`, `net = model`: the same module
         return _sensitivity(facts, alias, node, depth + 1, busy | {node}, attr)

@@ -447,7 +447,11 @@ class Sensitivity:
         package = index is not None and index.is_package(module)
         self.trees: dict[str, tuple[ast.Module, dict[str, str]] | None] = {module: (tree, module_level_names(tree, module, package))}
         self.module = module
-        self._classes: dict[str, str] = {}
+        self._classes: dict[object, str] = {}
+
+    def _top_level(self, module: str) -> list[ast.stmt]:
+        loaded = self._load(module)
+        return loaded[0].body if loaded is not None else []
 
     def _load(self, module: str):
         if module not in self.trees:
@@ -545,7 +549,8 @@ class Sensitivity:
         return self.of_qualname(qual, call, depth + 1, near)
 
     def _class(self, module: str, cls: ast.ClassDef, names: dict[str, str], depth: int) -> str:
-        key = f"{module}.{cls.name}"
+        # a class defined in a function is no module attribute: two of one name are two classes
+        key = f"{module}.{cls.name}" if cls in self._top_level(module) else (module, id(cls))
         if key in self._classes:
             return self._classes[key]
         self._classes[key] = UNKNOWN  # a cycle stays unknown
@@ -659,22 +664,55 @@ class Sensitivity:
             return FREE
         return self.of_qualname(qual, call, depth + 1, near)
 
-    def _factory(self, module: str, func, names: dict[str, str], depth: int) -> str:
-        """A function that returns a constructed module (``def resnet18(): return ResNet(...)``)."""
-        returned = [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None]
+    def _factory(self, module: str, func, names: dict[str, str], depth: int, index: int | None = None) -> str:
+        """A function that returns a constructed module (``def resnet18(): return ResNet(...)``),
+        or with ``index`` element ``index`` of the tuple it returns (``return model, loss_fn,
+        opt``). A class it defines itself (``def get_model(): class Net(nn.Module): ...``, common
+        in notebooks) is judged by its own body. Only the function's own code counts: a
+        ``return`` in a method of such a class returns from that method."""
+        own = _own_nodes(func)
+        returned = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
+        if index is not None:
+            if not all(isinstance(r, ast.Tuple) and index < len(r.elts) and not any(isinstance(e, ast.Starred) for e in r.elts) for r in returned):
+                return UNKNOWN
+            returned = [r.elts[index] for r in returned]
         if not returned or not all(isinstance(r, (ast.Call, ast.Name)) for r in returned):
             return UNKNOWN
+        nested = {n.name: n for n in own if isinstance(n, ast.ClassDef)}
+
+        def of(call: ast.AST) -> str:
+            call = strip_moves(call)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in nested:
+                return self._class(module, nested[call.func.id], names, depth)
+            return self.of_call(call, names, depth, module)
+
         verdicts = []
         for value in returned:
             if isinstance(value, ast.Name):  # `model = Net(); model.load(...); return model`
-                bound = [a.value for a in ast.walk(func) if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
+                bound = [a.value for a in own if isinstance(a, ast.Assign) and isinstance(a.value, ast.Call)
                          and any(isinstance(t, ast.Name) and t.id == value.id for t in a.targets)]
                 if not bound:
                     return UNKNOWN
-                verdicts += [self.of_call(strip_moves(b), names, depth, module) for b in bound]
+                verdicts += [of(b) for b in bound]
             else:
-                verdicts.append(self.of_call(strip_moves(value), names, depth, module))
+                verdicts.append(of(value))
         return combine(verdicts)
+
+    def factory_of(self, func, names: dict[str, str], index: int | None = None) -> str:
+        """Verdict for what a function of this file returns (element ``index`` of its tuple)."""
+        return self._factory(self.module, func, names, 1, index)
+
+
+def _own_nodes(func) -> list[ast.AST]:
+    """The nodes of ``func``'s own code: its nested functions and classes are listed, not entered."""
+    out: list[ast.AST] = []
+    todo = list(func.body)
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _defines(cls: ast.ClassDef, name: str):
