@@ -680,11 +680,15 @@ class Sensitivity:
             return UNKNOWN
         nested = {n.name: n for n in own if isinstance(n, ast.ClassDef)}
 
-        def of(call: ast.AST) -> str:
-            call = strip_moves(call)
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in nested:
-                return self._class(module, nested[call.func.id], names, depth)
-            return self.of_call(call, names, depth, module)
+        def of(value: ast.AST) -> str:
+            # every call of the expression, as for a binding (`nn.Sequential(nn.Dropout(..))`)
+            verdicts = []
+            for call in (n for n in ast.walk(value) if isinstance(n, ast.Call)):
+                if isinstance(call.func, ast.Name) and call.func.id in nested:
+                    verdicts.append(self._class(module, nested[call.func.id], names, depth))
+                else:
+                    verdicts.append(self.built(call, names, depth, module))
+            return combine(verdicts)
 
         verdicts = []
         for value in returned:

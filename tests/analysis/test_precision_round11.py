@@ -81,3 +81,12 @@ def test_an_element_the_factory_does_not_always_return_as_a_tuple_stays_unknown(
     )
     # unknown but trained: reported, as for any module gradfix cannot see
     assert [code for code, _ in _findings(source)] == ["GF104"]
+
+
+def test_a_factory_returning_a_container_is_judged_by_what_the_container_holds():
+    # `nn.Sequential(nn.Dropout(0.25), ...)`: the dropout inside makes it mode-sensitive
+    source = HEADER + SECTION.format(extra="").replace(
+        "    model = Net()", "    model = nn.Sequential(nn.Dropout(0.25), nn.Linear(784, 10)).to('cpu')"
+    )
+    assert [code for code, _ in _findings(source)] == ["GF104"]
+    assert _findings(source.replace("nn.Dropout(0.25), ", "")) == []
