@@ -321,11 +321,17 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
             for helper in callees(facts, call).defs:
                 if helper is own:
                     continue
-                for param in passed_names(helper, call, (name,)) - {name}:
+                params = passed_names(helper, call, (name,))
+                if name.split(".", 1)[0] not in _parameter_names(helper):
+                    params.discard(name)  # the helper's own global of that name is another object
+                for param in params:
                     if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, helper) for e in trained.get(param, ())):
                         nodes.append(call)
         return list(dict.fromkeys(nodes))
     if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
+        handed = _handed_own_objects(facts, func, name)
+        if handed:  # every call hands it an object of the caller's own: what is known of those
+            return list(dict.fromkeys(n for passed, call in handed for n in evidence_for(facts, passed, call)))
         for call in callers(facts, func):  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
             if facts.function_of.get(call) is func:
                 continue
@@ -334,6 +340,25 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
                 if passed and name in passed_names(func, call, (passed,)) and fresh_local(facts, passed, call) is not None:
                     nodes += [e for e in trained.get(passed, ()) if fresh_local(facts, passed, e) is fresh_local(facts, passed, call)]
     return list(dict.fromkeys(nodes))
+
+
+def _handed_own_objects(facts: FileFacts, func, name: str) -> list[tuple[str, ast.Call]]:
+    """``(what the caller passes, call)`` for each call of ``func`` from elsewhere in the file,
+    when every one hands the parameter ``name`` roots in an object of the caller's own (two
+    tests that each build a policy and hand it to one helper): empty when any call hands
+    something else, or there is none. Another function's parameter of the same name is then
+    not that object."""
+    root = name.split(".", 1)[0]
+    out = []
+    for call in callers(facts, func):
+        if facts.function_of.get(call) is func:
+            continue
+        arg = argument_for(func, call, root)
+        passed = dotted_name(arg) if arg is not None else None
+        if passed is None or fresh_local(facts, passed, call) is None:
+            return []
+        out.append((passed + name[len(root):], call))
+    return out
 
 
 def _hands_on(call: ast.Call, name: str) -> bool:

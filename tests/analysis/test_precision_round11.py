@@ -90,3 +90,44 @@ def test_a_factory_returning_a_container_is_judged_by_what_the_container_holds()
     )
     assert [code for code, _ in _findings(source)] == ["GF104"]
     assert _findings(source.replace("nn.Dropout(0.25), ", "")) == []
+
+
+HELPERS = """\
+import copy
+import torch
+import torch.nn as nn
+
+
+def _check_gradients(policy, x):
+    policy.zero_grad()
+    policy(x).sum().backward()
+
+
+def _check_kl(policy, x):
+    with torch.no_grad():
+        before = policy(x)
+    trained = copy.deepcopy(policy)
+    return before, trained
+
+
+def test_gradients():
+    policy = nn.Sequential(nn.Linear(1, 3), nn.Dropout(0.1))
+    _check_gradients(policy, torch.rand(1, 1))
+
+
+def test_kl():
+    policy = nn.Sequential(nn.Linear(1, 3), nn.Dropout(0.1))
+    _check_kl(policy, torch.rand(1, 1))
+"""
+
+
+def test_a_parameter_every_caller_hands_its_own_object_is_not_another_helpers_parameter():
+    # pfrl's ACER tests: `_check_kl`'s policy is each test's own, never trained; the helper
+    # that trains a parameter of the same name is handed other objects
+    assert _findings(HELPERS) == []
+    # where a caller trains the object it hands over, the evidence is that object's
+    trains = HELPERS.replace("    _check_kl(policy, torch.rand(1, 1))", "    _check_gradients(policy, torch.rand(1, 1))\n    _check_kl(policy, torch.rand(1, 1))")
+    assert [code for code, _ in _findings(trains)] == ["GF104"]
+    # a module-level object handed over is shared by name, as before
+    shared = HELPERS + "\n\nnet = nn.Sequential(nn.Dropout(0.1))\n_check_gradients(net, 1)\n_check_kl(net, 1)\n"
+    assert [code for code, _ in _findings(shared)] == ["GF104"]
