@@ -370,11 +370,13 @@ def _hands_on(call: ast.Call, name: str) -> bool:
     return False
 
 
-def not_a_module(facts: FileFacts, name: str, at: ast.AST) -> bool:
+def not_a_module(facts: FileFacts, name: str, at: ast.AST, depth: int = 0) -> bool:
     """``name`` at ``at`` is no nn.Module, so it has no train/eval mode (`.eval()` on it raises
     AttributeError): it failed an `isinstance(name, nn.Module)` test on every path there (see
     :func:`gradfix.analysis.flow.not_instance_at`), or every binding of it that ``at`` sees
-    builds an instance of a project class that does not derive from nn.Module."""
+    (the ones reaching it, in the scope that binds it) builds an instance of a project class
+    that does not derive from nn.Module, or it is a parameter that every call in the file hands
+    such an object (a notebook's plain `Adaline` class trained by a `train(model)` helper)."""
     func = facts.function_of.get(at)
     if name in _isinstance_tested(facts, func):
         body = facts.tree.body if func is None else getattr(func, "body", [])
@@ -385,7 +387,26 @@ def not_a_module(facts: FileFacts, name: str, at: ast.AST) -> bool:
             )
             if flow.at.get(id(innermost_statement(facts.parents, at))) == NOT_INSTANCE:
                 return True
-    return facts.memo(("module_mode.no_module_bindings", name, id(_binding_scope(facts, name, at))), lambda: _no_module_bindings(facts, name, at))
+    reaching = _reaching_bindings(facts, name, at)
+    key = ("module_mode.no_module_bindings", name, reaching if reaching is not None else id(_binding_scope(facts, name, at)))
+    if facts.memo(key, lambda: _no_module_bindings(facts, name, at, reaching)):
+        return True
+    return depth < 3 and facts.memo(("module_mode.handed_non_modules", name, id(func)), lambda: _handed_non_modules(facts, name, func, depth))
+
+
+def _handed_non_modules(facts: FileFacts, name: str, func, depth: int) -> bool:
+    """``name`` roots in a parameter of ``func`` that ``func`` never rebinds, and every call of
+    ``func`` from elsewhere in the file hands it something that is no nn.Module."""
+    root = name.split(".", 1)[0]
+    if not isinstance(func, FUNCTIONS) or root not in _parameter_names(func) or root in _stores(facts, func):
+        return False
+    calls = [c for c in callers(facts, func) if facts.function_of.get(c) is not func]
+    for call in calls:
+        arg = argument_for(func, call, root)
+        passed = dotted_name(arg) if arg is not None else None
+        if passed is None or not not_a_module(facts, passed + name[len(root):], call, depth + 1):
+            return False
+    return bool(calls)
 
 
 def _isinstance_tested(facts: FileFacts, func) -> set[str]:
@@ -401,15 +422,17 @@ def _isinstance_tested(facts: FileFacts, func) -> set[str]:
     return facts.memo(("module_mode.isinstance_tested", id(func)), compute)
 
 
-def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST) -> bool:
-    """Every binding of ``name`` that ``at`` sees builds an instance of a project class that
-    does not derive from nn.Module (none: unknown, False)."""
+def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST, reaching: frozenset | None) -> bool:
+    """Every binding of ``name`` that ``at`` sees (``reaching``, when known) builds an instance
+    of a project class that does not derive from nn.Module (none: unknown, False)."""
     sens = sensitivity_of(facts)
     names = sens.trees[sens.module][1]
     scope = _binding_scope(facts, name, at)
     values = []
     for node in facts.assignments_to(name):
         if scope is not _ANY and facts.function_of.get(node) is not scope:
+            continue
+        if reaching is not None and node not in reaching:
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         if any(dotted_name(t) == name for t in targets):

@@ -3,6 +3,7 @@ shape, written for these tests: the facts each one showed to be wrong."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 
 from gradfix import Settings, check
@@ -131,3 +132,59 @@ def test_a_parameter_every_caller_hands_its_own_object_is_not_another_helpers_pa
     # a module-level object handed over is shared by name, as before
     shared = HELPERS + "\n\nnet = nn.Sequential(nn.Dropout(0.1))\n_check_gradients(net, 1)\n_check_kl(net, 1)\n"
     assert [code for code, _ in _findings(shared)] == ["GF104"]
+
+
+ADALINE = """\
+import torch
+from torch.autograd import grad
+
+
+def train(model, x, y, epochs):
+    for e in range(epochs):
+        loss = torch.mean((model.forward(x) - y) ** 2)
+        g = grad(loss, model.weight)[0]
+        model.weight = model.weight - 0.01 * g
+        with torch.no_grad():
+            print(torch.mean((model.forward(x) - y) ** 2))
+
+
+class Adaline:
+    def __init__(self, n):
+        self.weight = torch.zeros(n, 1, requires_grad=True)
+
+    def forward(self, x):
+        return torch.mm(x, self.weight).view(-1)
+
+
+class Adaline3(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.linear = torch.nn.Linear(n, 1)
+        self.drop = torch.nn.Dropout(0.1)
+
+
+model = Adaline(2)
+train(model, x, y, 5)
+model = Adaline3(2)
+model(x).sum().backward()
+"""
+
+
+def _not_a_module(source: str) -> bool:
+    from gradfix.analysis.module_mode import not_a_module
+    from gradfix.facts import build_facts
+
+    facts = build_facts(source)
+    train = next(f for f in facts.functions if f.name == "train")
+    forward = next(c for c in facts.calls_in(train) if isinstance(c.func, ast.Attribute) and c.func.attr == "forward")
+    return not_a_module(facts, "model", forward)
+
+
+def test_a_parameter_every_call_hands_a_plain_object_has_no_eval():
+    # the course notebook's `train(model, ...)` is only ever handed the plain `Adaline`: an
+    # `.eval()` there would raise AttributeError, whatever a later cell's `model` is (the
+    # binding that reaches the call decides, not every binding of the name)
+    assert _findings(ADALINE) == []
+    assert _not_a_module(ADALINE)
+    assert not _not_a_module(ADALINE.replace("model = Adaline(2)\ntrain", "model = Adaline3(2)\ntrain"))
+    assert not _not_a_module(ADALINE.replace("train(model, x, y, 5)", "train(model, x, y, 5)\ntrain(other, x, y, 5)"))
