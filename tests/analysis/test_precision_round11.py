@@ -4,7 +4,6 @@ shape, written for these tests: the facts each one showed to be wrong."""
 from __future__ import annotations
 
 import ast
-import textwrap
 
 from gradfix import Settings, check
 
