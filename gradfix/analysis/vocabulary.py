@@ -24,7 +24,7 @@ import ast
 import re
 
 from gradfix.analysis.project import MODULE_RETURNS_SELF  # nn.Module methods that return the module
-from gradfix.facts import FileFacts, dotted_name
+from gradfix.facts import FileFacts, dotted_name, literal_bool
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -361,6 +361,52 @@ DATA_PARAM = re.compile(
 DATA_ITERABLE = re.compile(r"loader|batch|data|dataset|\bdl\b|\bds\b|sampler|stream|sample", re.I)
 # Calls whose result is an iterable over data when their arguments are (``enumerate(loader)``).
 DATA_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "list", "tuple", "sorted", "reversed", "islice", "cycle", "chain"})
+
+
+def frozen_modules(facts: FileFacts) -> frozenset[str]:
+    """Dotted names of the modules whose every parameter the file sets not to require grad
+    (``model.requires_grad_(False)``, ``for p in model.parameters(): p.requires_grad = False``
+    or ``p.requires_grad_(False)``): a call of one records no graph unless its input requires
+    grad (pinned in tests/facts/test_gf302_facts.py)."""
+
+    def compute():
+        out = set()
+        for m in facts.method_calls:
+            if m.method == "requires_grad_" and _false_flag(m.call):
+                in_loop = _frozen_by_loop(facts, m.call, m.call.func.value)  # `p.requires_grad_(False)`
+                receiver = module_expression(m.call.func.value)
+                out.update(in_loop or ([receiver] if receiver is not None else []))
+        for stmt in facts.nodes_of(ast.Assign):
+            target = stmt.targets[0] if len(stmt.targets) == 1 else None
+            if isinstance(target, ast.Attribute) and target.attr == "requires_grad" and literal_bool(stmt.value) is False:
+                out.update(_frozen_by_loop(facts, stmt, target.value))
+        return frozenset(out)
+
+    return facts.memo(("vocabulary.frozen_modules",), compute)
+
+
+def _false_flag(call: ast.Call) -> bool:
+    flag = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "requires_grad"), None)
+    return flag is not None and literal_bool(flag) is False
+
+
+def _frozen_by_loop(facts: FileFacts, node: ast.AST, param: ast.AST) -> list[str]:
+    """The module whose parameters the ``for`` holding ``node``'s statement in its body (not
+    under an ``if``: that freezes only some) binds ``param`` to."""
+    if not isinstance(param, ast.Name):
+        return []
+    stmt = node if isinstance(node, ast.stmt) else facts.parents.get(node)
+    loop = facts.parents.get(stmt)
+    if not isinstance(loop, ast.For) or stmt not in loop.body:
+        return []
+    if not isinstance(loop.iter, ast.Call) or not isinstance(loop.iter.func, ast.Attribute):
+        return []
+    method = loop.iter.func.attr
+    bound = loop.target.elts[-1] if method == "named_parameters" and isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target
+    if method not in ("parameters", "named_parameters") or not (isinstance(bound, ast.Name) and bound.id == param.id):
+        return []
+    module = module_expression(loop.iter.func.value)
+    return [module] if module is not None else []
 
 
 def is_data_iterable(node: ast.AST) -> bool:

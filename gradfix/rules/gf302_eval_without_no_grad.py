@@ -22,7 +22,7 @@ from gradfix.analysis.statements import (
     torch_reachable,
     wrap_in_no_grad,
 )
-from gradfix.analysis.vocabulary import forward_callee, returned_closure
+from gradfix.analysis.vocabulary import forward_callee, frozen_modules, returned_closure
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import EVAL_CALL, Invalid, Rule, Valid
@@ -273,6 +273,22 @@ class EvalWithoutNoGrad(Rule):
                 return x + eps * g.sign()
             """
         ),
+        # A module whose every parameter is frozen records no graph for a plain input (and one
+        # that requires grad, as an attack's, needs it).
+        Valid(
+            """
+            import torch
+            from torchvision.models import resnet50
+
+            model = resnet50(pretrained=True)
+            for param in model.parameters():
+                param.requires_grad = False
+
+            def predict(image):
+                model.eval()
+                return model(image).softmax(-1)
+            """
+        ),
         # A frozen network in a loss module: gradients must flow through it to the input.
         Valid(
             """
@@ -413,6 +429,36 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        # A backbone frozen only in part (the head trains) still records a graph.
+        Invalid(
+            """
+            import torch
+            from torchvision.models import resnet50
+
+            model = resnet50(pretrained=True)
+            for name, p in model.named_parameters():
+                if not name.startswith("fc"):
+                    p.requires_grad = False
+
+            def predict(image):
+                model.eval()
+                return model(image).softmax(-1)
+            """,
+            """
+            import torch
+            from torchvision.models import resnet50
+
+            model = resnet50(pretrained=True)
+            for name, p in model.named_parameters():
+                if not name.startswith("fc"):
+                    p.requires_grad = False
+
+            @torch.no_grad()
+            def predict(image):
+                model.eval()
+                return model(image).softmax(-1)
+            """,
+        ),
         # `model.forward(x)` is a forward call as `model(x)` is.
         Invalid(
             """
@@ -846,7 +892,7 @@ class EvalWithoutNoGrad(Rule):
             if not isinstance(node, ast.Call) or facts.regions_around(node):
                 continue
             module = forward_callee(node)
-            if module in receivers and evaluated_at(facts, func, module, node):
+            if module in receivers and module not in frozen_modules(facts) and evaluated_at(facts, func, module, node):
                 found.append(node)
         return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 

@@ -98,3 +98,18 @@ def test_forward_and_a_moved_module_record_a_graph_in_eval_mode_like_a_plain_cal
     fresh = _net()
     fresh.eval()(x)  # `.eval()(x)` switches the module before its forward runs, for good
     assert not fresh.training
+
+
+@pytest.mark.parametrize("freeze", ["requires_grad_", "loop"])
+def test_a_frozen_module_records_no_graph_unless_its_input_requires_grad(freeze):
+    net = _net()
+    if freeze == "requires_grad_":
+        net.requires_grad_(False)
+    else:
+        for p in net.parameters():
+            p.requires_grad = False
+    net.eval()
+    out = net(torch.randn(6, 4))
+    assert not out.requires_grad and out.grad_fn is None  # nothing for no_grad to save
+    x = torch.randn(6, 4, requires_grad=True)  # an adversarial attack's input: the graph is wanted
+    assert net(x).grad_fn is not None
