@@ -7,6 +7,7 @@ import re
 
 from gradfix.lazy import cst
 
+from gradfix.analysis.calls import callees
 from gradfix.analysis.project import strip_moves
 from gradfix.analysis.tensor_data import may_be_torch_data
 from gradfix.analysis.vocabulary import in_torch_version_branch
@@ -29,9 +30,13 @@ _NOT_SCALAR_NAME = re.compile(
     r"|hist|buf|queue|window|seq|arr|curve|record|track|terms|parts|components|items|stack",
     re.IGNORECASE,
 )
+# torch / torch.nn.functional functions whose result has their first argument's shape.
+_ELEMENTWISE = frozenset(
+    "relu relu6 elu selu celu gelu silu leaky_relu softplus sigmoid tanh abs exp log log1p sqrt rsqrt neg clamp clip square sign".split()
+)
 # Tensor methods that give their result a shape of its own (``crit(...).unsqueeze(0)``).
 _SHAPING_METHODS = frozenset("view reshape unsqueeze expand expand_as repeat flatten view_as reshape_as".split())
-_MAX_DEPTH = 4
+_MAX_DEPTH = 8
 # Calls that build a tensor of a given shape (``torch.zeros(1)``, ``Tensor([0])``, ``x.new(2)``):
 # an accumulator made by one of them keeps that shape, so ``.data[0]`` still works on it.
 _CONSTRUCTORS = frozenset(
@@ -117,14 +122,14 @@ class _Scalars:
         if depth > _MAX_DEPTH:
             return False
         if isinstance(expr, ast.Call):
-            return self._scalar_call(expr)
+            return self._scalar_call(expr) or self._scalar_through(expr, func, depth, seen)
         if isinstance(expr, ast.Name):
             return self._scalar_name(expr.id, func, depth, seen)
         if isinstance(expr, ast.Attribute):
             return loss_like_name(expr.attr)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
             sides = [expr.left, expr.right]
-            numbers = [s for s in sides if isinstance(s, ast.Constant) and type(s.value) in (int, float)]
+            numbers = [s for s in sides if self._number(s, func)]
             rest = [s for s in sides if s not in numbers]
             return bool(rest) and all(self.is_scalar(s, func, depth + 1, seen) for s in rest)
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
@@ -186,13 +191,51 @@ class _Scalars:
         name = dotted_name(callee)
         return name is not None and name.rpartition(".")[2] in self.unreduced_criteria()
 
+    def _number(self, expr: ast.expr, func) -> bool:
+        """A Python number: a literal, or a name that its scope binds to literals only
+        (``mb_size = 64``)."""
+        if isinstance(expr, ast.Constant):
+            return type(expr.value) in (int, float)
+        if not isinstance(expr, ast.Name):
+            return False
+        values = [
+            stmt.value for stmt in self.facts.statements(func)
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in stmt.targets)
+        ]
+        bound_otherwise = any(
+            isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) and _binds_name(stmt, expr.id)
+            for stmt in self.facts.statements(func)
+        )
+        return bool(values) and not bound_otherwise and all(isinstance(v, ast.Constant) and type(v.value) in (int, float) for v in values)
+
+    def _scalar_through(self, call: ast.Call, func, depth: int, seen: frozenset) -> bool:
+        """An element-wise torch function of a scalar (``F.relu(m - d_fake)``), or a call of
+        file functions whose every ``return`` gives a scalar (``def D(x): return torch.mean(..)``)."""
+        if self._elementwise(call):
+            return self.is_scalar(call.args[0], func, depth + 1, seen)
+        if not isinstance(call.func, ast.Name):
+            return False
+        helpers = callees(self.facts, call).defs
+        returns = [
+            (stmt.value, helper) for helper in helpers for stmt in self.facts.statements(helper)
+            if isinstance(stmt, ast.Return) and stmt.value is not None
+        ]
+        return bool(returns) and all(self.is_scalar(value, helper, depth + 1, seen) for value, helper in returns)
+
+    def _elementwise(self, call: ast.Call) -> bool:
+        """``torch.X(t)`` / ``F.X(t)`` computing one value per element of its first argument."""
+        qual = self.facts.qualname(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+        module, _, name = (qual or "").rpartition(".")
+        return module in ("torch", "torch.nn.functional") and name in _ELEMENTWISE and bool(call.args)
+
     def _torch_non_scalar(self, call: ast.Call) -> bool:
-        """``torch.stack([...])``, ``torch.cat(...)``, ``x.view(1)``: evidence that beats the name."""
+        """``torch.stack([...])``, ``torch.cat(...)``, ``x.view(1)``: evidence that beats the name
+        (an element-wise function has its argument's shape: no evidence)."""
         func = call.func
         if isinstance(func, ast.Attribute) and func.attr in _SHAPING_METHODS:
             return True
         qual = self.facts.qualname(func) if isinstance(func, (ast.Name, ast.Attribute)) else None
-        return qual is not None and qual.startswith("torch.") and not self._scalar_call(call)
+        return qual is not None and qual.startswith("torch.") and not self._scalar_call(call) and not self._elementwise(call)
 
     def _criterion_name(self, callee: ast.expr) -> bool:
         name = dotted_name(callee)
@@ -228,6 +271,12 @@ class _Scalars:
         if tensors and all(self.is_scalar(v, func, depth + 1, seen) for v in tensors):
             return True
         return loss_like_name(name)
+
+
+def _binds_name(stmt: ast.stmt, name: str) -> bool:
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
+        return isinstance(stmt.target, ast.Name) and stmt.target.id == name
+    return _binds(stmt, name)
 
 
 def _binds(stmt: ast.stmt, name: str) -> bool:
@@ -432,6 +481,41 @@ class DataIndexZero(Rule):
         ),
     ]
     INVALID = [
+        # Scalars through an element-wise function, a file function returning a reduction, a
+        # number bound to a name, and a few levels of arithmetic (an EBGAN/AVB training loop).
+        Invalid(
+            """
+            import torch
+            import torch.nn.functional as F
+
+            mb_size = 32
+
+            def D(x):
+                return torch.mean(torch.sum((x - ae(x)) ** 2, 1))
+
+            for it in range(100):
+                d_loss = D(x) + F.relu(m - D(g(z)))
+                loglike = -F.binary_cross_entropy(out, x, size_average=False) / mb_size
+                elbo = -(torch.mean(t) + loglike)
+                print(d_loss.data[0], elbo.data[0])
+            """,
+            """
+            import torch
+            import torch.nn.functional as F
+
+            mb_size = 32
+
+            def D(x):
+                return torch.mean(torch.sum((x - ae(x)) ** 2, 1))
+
+            for it in range(100):
+                d_loss = D(x) + F.relu(m - D(g(z)))
+                loglike = -F.binary_cross_entropy(out, x, size_average=False) / mb_size
+                elbo = -(torch.mean(t) + loglike)
+                print(d_loss.item(), elbo.item())
+            """,
+            count=2,
+        ),
         Invalid(
             """
             loss = criterion(output, target)
