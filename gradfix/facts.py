@@ -250,6 +250,8 @@ class FileFacts:
                         for alias in node.names:
                             if alias.name != "*":
                                 scope.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    elif node.level:  # `from . import x`: bound, to something of the project
+                        scope.locals.update(a.asname or a.name for a in node.names if a.name != "*")
                 elif tag == _NAMED:  # a class, or an except clause's name
                     if kind is ClassDef:
                         by_kind[kind].append(node)

@@ -166,11 +166,12 @@ def test_qualname_of_a_non_name_chain_is_none():
     assert f.call_qualname(call) is None
 
 
-def test_relative_and_star_imports_bind_nothing():
-    f = facts("from . import no_grad\nfrom torch import *\nno_grad()\nenable_grad()\n")
+def test_a_relative_import_binds_an_unknown_and_a_torch_star_import_what_torch_exports():
+    f = facts("from . import no_grad\nfrom torch import *\nno_grad()\nenable_grad()\nset_grad_enabled(False)\n")
     assert f.scope_of_node[f.tree].imports == {}
-    assert f.call_qualname(only_call(f, "no_grad")) is None
-    assert f.call_qualname(only_call(f, "enable_grad")) is None
+    assert f.call_qualname(only_call(f, "no_grad")) is None  # the project's: not followed
+    assert f.call_qualname(only_call(f, "enable_grad")) == "torch.enable_grad"  # in torch.__all__
+    assert f.call_qualname(only_call(f, "set_grad_enabled")) is None  # not in torch.__all__
 
 
 def test_dotted_import_binds_its_top_package():

@@ -587,7 +587,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
 
 def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
     """A value computed only from tensors that need no grad and constants needs no grad: an
-    operator (``fresh * 2``, ``a.data - b.data``, ``a.data if c else 0``), a ``torch.*`` or
+    operator (``fresh * 2``, ``a.data - b.data``, ``a.data if c else 0``), a NumPy function
+    (whatever its operands: it returns NumPy values, never autograd history), a ``torch.*`` or
     ``math.*`` function (``torch.atan2(a.data, b.data)``, ``torch.transpose(fresh, 0, 1)``), a
     number builtin (``max(a.data, 0)``) or a tensor method (``h.data.sum(1)``) whose every operand
     is one of those. Anything else (an operand gradfix cannot follow, a method that may make its
@@ -609,6 +610,8 @@ def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
     ):
         func = node.func
         qual = facts.qualname(func) or ""
+        if qual.split(".", 1)[0] == "numpy":
+            return Origin(COMPUTED)  # an ndarray or a NumPy number: no autograd history (pinned)
         if qual.rpartition(".")[0] in ("torch", "math") or (
             isinstance(func, ast.Name) and func.id in _NUMBER_BUILTINS and facts.resolve_name(func.id, node) is None
         ):

@@ -307,6 +307,26 @@ class VariableWrapper(Rule):
             """,
             count=2,
         ),
+        # A fresh tensor scaled by a NumPy number needs no grad: no `.detach()` before the flag.
+        Invalid(
+            """
+            import numpy as np
+            import torch
+            from torch.autograd import Variable
+
+            def xavier_init(size):
+                xavier_stddev = 1. / np.sqrt(size[0] / 2.)
+                return Variable(torch.randn(*size) * xavier_stddev, requires_grad=True)
+            """,
+            """
+            import numpy as np
+            import torch
+
+            def xavier_init(size):
+                xavier_stddev = 1. / np.sqrt(size[0] / 2.)
+                return (torch.randn(*size) * xavier_stddev).requires_grad_()
+            """,
+        ),
         # ...also when the statement spans lines
         Invalid(
             """

@@ -331,3 +331,15 @@ def test_volatile_calls_are_gf401s_while_it_runs_and_gf402s_alone():
     assert both == [("GF402", 5, 8, alias)]
     alone = [(f.span.line, f.span.col, f.message) for f in check(code, settings=Settings(select=("GF402",)))]
     assert alone == [(4, 8, alias), (5, 8, alias), (6, 8, "legacy `Variable(...)` with `volatile` and `requires_grad` may raise ValueError")]
+
+
+def test_a_numpy_value_carries_no_autograd_history():
+    # provenance: a NumPy function's result needs no grad, whatever its operands (xavier_init's
+    # `torch.randn(*size) * (1. / np.sqrt(n / 2.))` is fresh)
+    import numpy as np
+
+    scale = 1.0 / np.sqrt(8 / 2.0)
+    assert not isinstance(scale, torch.Tensor)
+    assert not (torch.randn(3) * scale).requires_grad
+    with pytest.raises(RuntimeError, match="requires grad"):
+        np.sqrt(torch.ones(3, requires_grad=True))  # a tensor with history cannot even go in
