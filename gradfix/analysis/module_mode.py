@@ -329,8 +329,10 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
                         nodes.append(call)
         return list(dict.fromkeys(nodes))
     if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
-        handed = _handed_own_objects(facts, func, name)
-        if handed:  # every call hands it an object of the caller's own: what is known of those
+        # every call hands the parameter itself (not `model.inference`, a method or part of it,
+        # judged through its prefix) an object of the caller's own: what is known of those
+        handed = _handed_own_objects(facts, func, name) if "." not in name else []
+        if handed:
             return list(dict.fromkeys(n for passed, call in handed for n in evidence_for(facts, passed, call)))
         for call in callers(facts, func):  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
             if facts.function_of.get(call) is func:
@@ -344,20 +346,19 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
 
 def _handed_own_objects(facts: FileFacts, func, name: str) -> list[tuple[str, ast.Call]]:
     """``(what the caller passes, call)`` for each call of ``func`` from elsewhere in the file,
-    when every one hands the parameter ``name`` roots in an object of the caller's own (two
+    when every one hands the parameter ``name`` an object of the caller's own (two
     tests that each build a policy and hand it to one helper): empty when any call hands
     something else, or there is none. Another function's parameter of the same name is then
     not that object."""
-    root = name.split(".", 1)[0]
     out = []
     for call in callers(facts, func):
         if facts.function_of.get(call) is func:
             continue
-        arg = argument_for(func, call, root)
+        arg = argument_for(func, call, name)
         passed = dotted_name(arg) if arg is not None else None
         if passed is None or fresh_local(facts, passed, call) is None:
             return []
-        out.append((passed + name[len(root):], call))
+        out.append((passed, call))
     return out
 
 

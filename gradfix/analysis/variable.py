@@ -662,19 +662,67 @@ def _is_false(flag: cst.BaseExpression) -> bool:
 
 
 def _in_place_of(ctx, call: cst.Call, node: cst.BaseExpression) -> cst.BaseExpression:
-    """``node`` written where ``call`` stood: in parentheses where an operator there would bind
-    otherwise (``Variable(i - 1).cuda()`` -> ``(i - 1).cuda()``), a line break needs them or a
-    walrus or yield does; bare elsewhere (``x = Variable(i - 1)`` -> ``x = i - 1``)."""
-    if not _needs_parens(ctx, node):
+    """``node`` written where ``call`` stood: in parentheses only where something there would
+    bind tighter (``Variable(i - 1).cuda()`` -> ``(i - 1).cuda()``, ``2 * Variable(a + b)`` ->
+    ``2 * (a + b)``), a line break needs them or a walrus does; bare elsewhere (``x =
+    Variable(i - 1)`` -> ``x = i - 1``, ``Variable(a - b) + c`` -> ``a - b + c``)."""
+    if node.lpar:
         return node
-    parent = ctx.parent(call)
-    operand = isinstance(
-        parent,
-        (cst.Attribute, cst.Subscript, cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison, cst.ComparisonTarget, cst.Await),
-    ) or (isinstance(parent, cst.Call) and parent.func is call)
-    if operand or "\n" in ctx.code(node) or isinstance(node, (cst.NamedExpr, cst.Yield, cst.Lambda)):
+    if isinstance(node, (cst.NamedExpr, cst.Yield, cst.Lambda)) or _line_breaks_bare(ctx, node) or _binds_looser(ctx.parent(call), call, node):
         return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return node
+
+
+def _binds_looser(parent, child: cst.BaseExpression, node: cst.BaseExpression) -> bool:
+    """Whether ``node``, put in ``child``'s place in ``parent``, would bind looser than
+    ``parent`` needs (Python's operator precedence; ``**`` groups right, the others left)."""
+    inner = _precedence(node)
+    if isinstance(parent, (cst.Attribute, cst.Subscript, cst.Await)) or (isinstance(parent, cst.Call) and parent.func is child):
+        return inner < _ATOM or isinstance(node, (cst.Integer, cst.Float, cst.Imaginary))  # `1.cuda()`
+    if isinstance(parent, cst.BinaryOperation):
+        outer = _precedence(parent)
+        power = isinstance(parent.operator, cst.Power)
+        if parent.left is child:
+            return inner < outer or (inner == outer and power)
+        return inner < outer or (inner == outer and not power)
+    if isinstance(parent, (cst.UnaryOperation, cst.Comparison, cst.ComparisonTarget, cst.BooleanOperation)):
+        return inner <= _precedence(parent)
+    return False
+
+
+_ATOM = 10
+_BINARY = {
+    "BitOr": 4, "BitXor": 5, "BitAnd": 6, "LeftShift": 7, "RightShift": 7, "Add": 8, "Subtract": 8,
+    "Multiply": 9, "MatrixMultiply": 9, "Divide": 9, "FloorDivide": 9, "Modulo": 9, "Power": 9.5,
+}
+
+
+def _precedence(node) -> float:
+    """Python's binding strength of an expression (higher binds tighter; an atom is _ATOM)."""
+    if isinstance(node, cst.BinaryOperation):
+        return _BINARY.get(type(node.operator).__name__, 0)
+    if isinstance(node, cst.UnaryOperation):
+        return 3 if isinstance(node.operator, cst.Not) else 9.2
+    if isinstance(node, (cst.Comparison, cst.ComparisonTarget)):
+        return 3.5
+    if isinstance(node, cst.BooleanOperation):
+        return 2 if isinstance(node.operator, cst.And) else 1
+    if isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr, cst.Yield)):
+        return 0
+    return _ATOM
+
+
+def _line_breaks_bare(ctx, node: cst.BaseExpression) -> bool:
+    """Whether ``node``'s code breaks a line outside brackets of its own: legal only inside the
+    call's parentheses (an expression that parses on its own breaks lines only inside them)."""
+    code = ctx.code(node)
+    if "\n" not in code:
+        return False
+    try:
+        ast.parse(code, mode="eval")
+    except SyntaxError:
+        return True
+    return False
 
 
 def _parenthesized(ctx, node: cst.BaseExpression) -> cst.BaseExpression:
@@ -697,19 +745,10 @@ def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
     numbers would read as floats (``1.detach``), and a line break that only the call's
     parentheses made legal must stay inside parentheses.
     """
-    bracketed, atomic = _node_kinds()
+    _, atomic = _node_kinds()
     if node.lpar:
         return False
-    if not isinstance(node, atomic):
-        return True
-    code = ctx.code(node)
-    if "\n" not in code or isinstance(node, (*bracketed, cst.SimpleString, cst.FormattedString)):
-        return False
-    if isinstance(node, cst.Call):
-        return "\n" in ctx.code(node.func) + ctx.code(node.whitespace_after_func)
-    if isinstance(node, cst.Subscript):
-        return "\n" in ctx.code(node.value) + ctx.code(node.whitespace_after_value)
-    return True
+    return not isinstance(node, atomic) or _line_breaks_bare(ctx, node)
 
 
 def _detached_at_once(facts, call: ast.Call) -> bool:

@@ -294,7 +294,8 @@ class VariableWrapper(Rule):
                 idx = torch.LongTensor(lengths).view(-1, 1, 1)
                 idx = Variable(idx.expand(padded.size(0), 1, size) - 1).cuda()
                 offset = Variable(idx + 1)
-                return torch.gather(padded, 1, idx), offset
+                shifted = Variable(idx - 1) + 2 * Variable(idx + 1)
+                return torch.gather(padded, 1, idx), offset, shifted
             """,
             """
             import torch
@@ -303,9 +304,10 @@ class VariableWrapper(Rule):
                 idx = torch.LongTensor(lengths).view(-1, 1, 1)
                 idx = (idx.expand(padded.size(0), 1, size) - 1).cuda()
                 offset = idx + 1
-                return torch.gather(padded, 1, idx), offset
+                shifted = idx - 1 + 2 * (idx + 1)
+                return torch.gather(padded, 1, idx), offset, shifted
             """,
-            count=2,
+            count=4,
         ),
         # A fresh tensor scaled by a NumPy number needs no grad: no `.detach()` before the flag.
         Invalid(
