@@ -363,11 +363,23 @@ DATA_ITERABLE = re.compile(r"loader|batch|data|dataset|\bdl\b|\bds\b|sampler|str
 DATA_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "list", "tuple", "sorted", "reversed", "islice", "cycle", "chain"})
 
 
-def frozen_modules(facts: FileFacts) -> frozenset[str]:
-    """Dotted names of the modules whose every parameter the file sets not to require grad
+def frozen_at(facts: FileFacts, module: str, at: ast.AST) -> bool:
+    """Whether every parameter of ``module``, as ``at`` sees it, was set not to require grad
     (``model.requires_grad_(False)``, ``for p in model.parameters(): p.requires_grad = False``
-    or ``p.requires_grad_(False)``): a call of one records no graph unless its input requires
-    grad (pinned in tests/facts/test_gf302_facts.py)."""
+    or ``p.requires_grad_(False)``) by ``at``'s own function, or at module level for a module
+    it reads as a global: a call of it records no graph unless its input requires grad (pinned
+    in tests/facts/test_gf302_facts.py). Another function's parameter of that name (a
+    ``freeze(model)`` helper) is another object."""
+    func = facts.function_of.get(at)
+    scopes = {func}
+    root = module.split(".", 1)[0]
+    if func is not None and root not in facts.scope_of_node[func].locals:
+        scopes.add(None)  # a global of the module
+    return any((module, scope) in _frozen(facts) for scope in scopes)
+
+
+def _frozen(facts: FileFacts) -> frozenset[tuple[str, object]]:
+    """(module, the function that freezes it, None at module level) for each freeze."""
 
     def compute():
         out = set()
@@ -375,14 +387,15 @@ def frozen_modules(facts: FileFacts) -> frozenset[str]:
             if m.method == "requires_grad_" and _false_flag(m.call):
                 in_loop = _frozen_by_loop(facts, m.call, m.call.func.value)  # `p.requires_grad_(False)`
                 receiver = module_expression(m.call.func.value)
-                out.update(in_loop or ([receiver] if receiver is not None else []))
+                for name in in_loop or ([receiver] if receiver is not None else []):
+                    out.add((name, facts.function_of.get(m.call)))
         for stmt in facts.nodes_of(ast.Assign):
             target = stmt.targets[0] if len(stmt.targets) == 1 else None
             if isinstance(target, ast.Attribute) and target.attr == "requires_grad" and literal_bool(stmt.value) is False:
-                out.update(_frozen_by_loop(facts, stmt, target.value))
+                out.update((name, facts.function_of.get(stmt)) for name in _frozen_by_loop(facts, stmt, target.value))
         return frozenset(out)
 
-    return facts.memo(("vocabulary.frozen_modules",), compute)
+    return facts.memo(("vocabulary.frozen",), compute)
 
 
 def _false_flag(call: ast.Call) -> bool:

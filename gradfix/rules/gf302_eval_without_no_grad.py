@@ -22,7 +22,7 @@ from gradfix.analysis.statements import (
     torch_reachable,
     wrap_in_no_grad,
 )
-from gradfix.analysis.vocabulary import forward_callee, frozen_modules, returned_closure
+from gradfix.analysis.vocabulary import forward_callee, frozen_at, returned_closure
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety
 from gradfix.rule import EVAL_CALL, Invalid, Rule, Valid
@@ -429,6 +429,32 @@ class EvalWithoutNoGrad(Rule):
         ),
     ]
     INVALID = [
+        # A `freeze(model)` helper's parameter is another object than this function's `model`.
+        Invalid(
+            """
+            import torch
+
+            def freeze(model):
+                for p in model.parameters():
+                    p.requires_grad = False
+
+            def features(model, loader):
+                model.eval()
+                return [model(x) for x, _ in loader]
+            """,
+            """
+            import torch
+
+            def freeze(model):
+                for p in model.parameters():
+                    p.requires_grad = False
+
+            @torch.no_grad()
+            def features(model, loader):
+                model.eval()
+                return [model(x) for x, _ in loader]
+            """,
+        ),
         # A backbone frozen only in part (the head trains) still records a graph.
         Invalid(
             """
@@ -892,7 +918,7 @@ class EvalWithoutNoGrad(Rule):
             if not isinstance(node, ast.Call) or facts.regions_around(node):
                 continue
             module = forward_callee(node)
-            if module in receivers and module not in frozen_modules(facts) and evaluated_at(facts, func, module, node):
+            if module in receivers and not frozen_at(facts, module, node) and evaluated_at(facts, func, module, node):
                 found.append(node)
         return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 
