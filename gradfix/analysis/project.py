@@ -670,7 +670,9 @@ class Sensitivity:
         opt``). A class it defines itself (``def get_model(): class Net(nn.Module): ...``, common
         in notebooks) is judged by its own body. Only the function's own code counts: a
         ``return`` in a method of such a class returns from that method."""
-        own = _own_nodes(func)
+        from gradfix.analysis.statements import own_nodes  # (the index alone imports no analysis)
+
+        own = own_nodes(func)
         returned = [n.value for n in own if isinstance(n, ast.Return) and n.value is not None]
         if index is not None:
             if not all(isinstance(r, ast.Tuple) and index < len(r.elts) and not any(isinstance(e, ast.Starred) for e in r.elts) for r in returned):
@@ -705,18 +707,6 @@ class Sensitivity:
     def factory_of(self, func, names: dict[str, str], index: int | None = None) -> str:
         """Verdict for what a function of this file returns (element ``index`` of its tuple)."""
         return self._factory(self.module, func, names, 1, index)
-
-
-def _own_nodes(func) -> list[ast.AST]:
-    """The nodes of ``func``'s own code: its nested functions and classes are listed, not entered."""
-    out: list[ast.AST] = []
-    todo = list(func.body)
-    while todo:
-        node = todo.pop()
-        out.append(node)
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            todo.extend(ast.iter_child_nodes(node))
-    return out
 
 
 def _defines(cls: ast.ClassDef, name: str):

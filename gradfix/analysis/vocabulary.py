@@ -504,14 +504,7 @@ def _reads_version(facts: FileFacts, expr: ast.AST, depth: int) -> bool:
 
 def _bound_values(facts: FileFacts, name: str) -> list[ast.AST]:
     """What the file assigns to ``name`` anywhere (by name: a version is bound once)."""
-    table = facts.memo(("vocabulary.bound_values",), lambda: _assignments_by_name(facts))
-    return table.get(name, [])
-
-
-def _assignments_by_name(facts: FileFacts) -> dict[str, list[ast.AST]]:
-    table: dict[str, list[ast.AST]] = {}
-    for stmt in facts.nodes_of(ast.Assign):
-        for target in stmt.targets:
-            if isinstance(target, ast.Name):
-                table.setdefault(target.id, []).append(stmt.value)
-    return table
+    return [
+        stmt.value for stmt in facts.assignments_to(name)
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+    ]
