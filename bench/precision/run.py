@@ -360,6 +360,8 @@ def main() -> int:
         findings = run_gradfix(args.corpus.resolve(), args.out,
                                [r for r in repos if r[0] in args.repo], keep)
     else:
+        if not any(checkout_dir(args.corpus, repo).is_dir() for repo, _ in repos):
+            raise SystemExit(f"no repository of sample {args.sample} is checked out under {args.corpus}")
         findings = run_gradfix(args.corpus.resolve(), args.out, repos)
     add_digests(findings, args.out)
     verdicts = read_tsv(verdicts_path)

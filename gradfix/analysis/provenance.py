@@ -401,7 +401,8 @@ def _bound_by(stmt: ast.stmt) -> list[str]:
 def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
     """Names whose binding or object something else may reach between two statements:
     declared ``global``/``nonlocal`` in the function or in a function nested in it, or (at
-    module level) read by a function of the file as a global (not a name of its own)."""
+    module level) declared ``global`` or read by a function of the file as the module's name
+    (no function it lies in binds it)."""
     if func is not None:  # `global`/`nonlocal` statements (facts record them per scope)
         return frozenset(
             name
@@ -409,8 +410,9 @@ def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
             if scope.globals and (node is func or func in facts.enclosing_functions(node))
             for name in scope.globals
         )
-    out = {name for scope in facts.scope_of_node.values() for name in scope.globals}
-    # A name in a function counts when one of the functions it lies in does not bind it.
+    out = set(facts.declared_global)
+    # A name read in a function is the module's global when none of the functions it lies in
+    # binds it (a name bound by an inner lambda or def is that function's own).
     owners_of: dict = {}
     for node, owner in facts.function_of.items():
         if owner is None or type(node) is not ast.Name:
@@ -419,7 +421,7 @@ def _unstable_names(facts: FileFacts, func) -> frozenset[str]:
         if owners is None:
             scopes = (facts.scope_of_node[f] for f in (owner, *facts.enclosing_functions(owner)))
             owners = owners_of[owner] = [s.locals | set(s.imports) for s in scopes]
-        if any(node.id not in own for own in owners):
+        if all(node.id not in own for own in owners):
             out.add(node.id)
     return frozenset(out)
 

@@ -191,6 +191,22 @@ def test_module_level_name_shadowed_by_a_function_parameter_is_still_followed():
     assert _origin_of_last_variable_arg(code)[0] == FRESH
 
 
+@pytest.mark.parametrize(
+    "inner, followed",
+    [
+        ("f = lambda x: x + 1\n", True),  # the lambda's own parameter
+        ("def g():\n    def h(x):\n        return x\n    return h\n", True),  # bound in h
+        ("def g():\n    x = 1\n    def h():\n        return x\n    return h\n", True),  # g's own x
+        ("def g():\n    def h():\n        return x\n    return h\n", False),  # the module's x
+        ("def g():\n    x = 1\n    def h():\n        nonlocal x\n        x = 2\n", True),
+        ("def g():\n    global x\n    x = torch.ones(3)\n", False),
+    ],
+)
+def test_module_level_name_bound_by_an_inner_function_is_still_followed(inner, followed):
+    code = HEADER + "x = torch.zeros(3)\n" + inner + "g()\ny = Variable(x)\n"
+    assert _origin_of_last_variable_arg(code)[0] == (FRESH if followed else None)
+
+
 def test_gf402_a_self_assignment_under_a_comment_is_not_removed_with_its_comment():
     fixed = _fix402(
         """
