@@ -8,7 +8,6 @@ which methods are called on which receivers, and how names flow into other names
 from __future__ import annotations
 
 import ast
-import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Hashable, Iterable, Iterator
@@ -349,7 +348,7 @@ class FileFacts:
             for stmt in self._star_imports:
                 if stmt.level and here is None:
                     continue  # a relative import with no project to resolve it in
-                source = absolute_module(stmt, here or "", os.path.basename(self.path) == "__init__.py")
+                source = absolute_module(stmt, here or "", here is not None and project.is_package(here))
                 exports = project.star_exports(source) if project is not None and source in project.modules else torch_star_exports(source)
                 if name in exports:
                     cache[name] = exports[name]

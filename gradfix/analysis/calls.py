@@ -75,6 +75,12 @@ def callers(facts: FileFacts, func) -> list[ast.Call]:
     return _callers(facts).get(func, [])
 
 
+def outside_callers(facts: FileFacts, func) -> list[ast.Call]:
+    """:func:`callers` of ``func`` other than its own code's (a recursive call hands it
+    what it already has)."""
+    return [c for c in callers(facts, func) if facts.function_of.get(c) is not func]
+
+
 def argument_for(func, call: ast.Call, param: str) -> ast.expr | None:
     """The argument ``call`` passes for ``func``'s parameter ``param`` (``self`` bound by a
     method call), or None: a default, or unknown behind ``*args``/``**kwargs``."""

@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from gradfix.analysis.calls import argument_for, callee, callees, callers, dead, unbound
+from gradfix.analysis.calls import argument_for, callee, callees, callers, dead, outside_callers, unbound
 from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, innermost_statement, not_instance_flow
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, qualify, strip_moves
@@ -334,9 +334,7 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
         handed = _handed_own_objects(facts, func, name) if "." not in name else []
         if handed:
             return list(dict.fromkeys(n for passed, call in handed for n in evidence_for(facts, passed, call)))
-        for call in callers(facts, func):  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
-            if facts.function_of.get(call) is func:
-                continue
+        for call in outside_callers(facts, func):  # a caller's own object passed in: `m = Net(); …train…; evaluate(m)`
             for arg in (*call.args, *(k.value for k in call.keywords)):
                 passed = dotted_name(arg)
                 if passed and name in passed_names(func, call, (passed,)) and fresh_local(facts, passed, call) is not None:
@@ -351,9 +349,7 @@ def _handed_own_objects(facts: FileFacts, func, name: str) -> list[tuple[str, as
     something else, or there is none. Another function's parameter of the same name is then
     not that object."""
     out = []
-    for call in callers(facts, func):
-        if facts.function_of.get(call) is func:
-            continue
+    for call in outside_callers(facts, func):
         arg = argument_for(func, call, name)
         passed = dotted_name(arg) if arg is not None else None
         if passed is None or fresh_local(facts, passed, call) is None:
@@ -401,7 +397,7 @@ def _handed_non_modules(facts: FileFacts, name: str, func, depth: int) -> bool:
     root = name.split(".", 1)[0]
     if not isinstance(func, FUNCTIONS) or root not in _parameter_names(func) or root in _stores(facts, func):
         return False
-    calls = [c for c in callers(facts, func) if facts.function_of.get(c) is not func]
+    calls = outside_callers(facts, func)
     for call in calls:
         arg = argument_for(func, call, root)
         passed = dotted_name(arg) if arg is not None else None
@@ -476,9 +472,7 @@ def _feeds_training(facts: FileFacts, func) -> bool:
     this file or into the tensor it `.backward()`s (RL targets, teacher outputs, pseudo-labels).
     The mode of that computation is the training's, not an evaluation's."""
     training = {f for f in facts.functions if calls_backward(facts, f) or steps_optimizer(facts, f)}
-    for call in callers(facts, func):
-        if facts.function_of.get(call) is func:
-            continue
+    for call in outside_callers(facts, func):
         stmt = facts.parents.get(call)
         if not isinstance(stmt, ast.Assign) or stmt.value is not call:
             continue
@@ -1386,13 +1380,12 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
                     else:
                         verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy, attr))
     if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
-        for call in callers(facts, scope):
-            if facts.function_of.get(call) is not scope:
-                arg = argument_for(scope, call, module)
-                if isinstance(arg, ast.Name) and unbound(facts, arg):
-                    continue  # `f(model)` where nothing binds `model`: NameError, it runs nothing
-                name = dotted_name(arg) if arg is not None else None
-                verdicts.append(_sensitivity(facts, name, call, depth + 1, busy, attr) if name else UNKNOWN)
+        for call in outside_callers(facts, scope):
+            arg = argument_for(scope, call, module)
+            if isinstance(arg, ast.Name) and unbound(facts, arg):
+                continue  # `f(model)` where nothing binds `model`: NameError, it runs nothing
+            name = dotted_name(arg) if arg is not None else None
+            verdicts.append(_sensitivity(facts, name, call, depth + 1, busy, attr) if name else UNKNOWN)
     return combine(verdicts) if verdicts else UNKNOWN
 
 
@@ -1675,7 +1668,7 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
     there is one."""
     if scope is None or module not in _parameter_names(scope):
         return False
-    outside = [c for c in callers(facts, scope) if facts.function_of.get(c) is not scope]
+    outside = outside_callers(facts, scope)
     for call in outside:
         caller = facts.function_of.get(call)
         argument = argument_for(scope, call, module)
@@ -1734,7 +1727,7 @@ def _handed_in_optimizer(facts: FileFacts, scope, param: str) -> set[str] | None
     """For the optimizer parameter ``param`` of ``scope``: the parameters of ``scope`` whose
     modules the optimizer every caller hands in updates (a module the call does not hand in is
     not one ``scope`` can name); None when some caller's optimizer is not shown."""
-    calls = [c for c in callers(facts, scope) if facts.function_of.get(c) is not scope]
+    calls = outside_callers(facts, scope)
     if not calls:
         return None
     out: set[str] = set()

@@ -355,10 +355,11 @@ class ProjectIndex:
 
     def module_of(self, path: str) -> str | None:
         """The dotted name the index gives the file at ``path``, or None."""
-        by_path = self.__dict__.get("_module_by_path")
-        if by_path is None:
-            by_path = self.__dict__["_module_by_path"] = {e.path: m for m, e in self.modules.items()}
-        return by_path.get(os.path.abspath(path))
+        return self._module_by_path.get(os.path.abspath(path))
+
+    @cached_property
+    def _module_by_path(self) -> dict[str, str]:
+        return {entry.path: module for module, entry in self.modules.items()}
 
     def star_exports(self, module: str, depth: int = 0) -> dict[str, str]:
         """What ``from module import *`` binds, name -> qualified name, for a project module:

@@ -692,11 +692,11 @@ def _parameter_origin(facts, func, name: ast.Name, seen, depth) -> Origin | None
     batch when every call of ``func`` in the file hands it one (`train_batch(opt, batch, label)`
     inside `for batch, label in loader:`); a fresh tensor is not followed so (a caller in another
     file may hand in one that requires grad, and dropping the wrapper would then keep its graph)."""
-    from gradfix.analysis.calls import argument_for, callers  # calls builds on this module
+    from gradfix.analysis.calls import argument_for, outside_callers  # calls builds on this module
 
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or (func, name.id) in seen:
         return None
-    calls = [c for c in callers(facts, func) if facts.function_of.get(c) is not func]
+    calls = outside_callers(facts, func)
     if not calls:
         return None
     for call in calls:

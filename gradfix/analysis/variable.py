@@ -643,11 +643,11 @@ def rewritten(ctx, call: cst.Call, kind: str) -> cst.BaseExpression:
             )
         return data.with_changes(args=[*old, new])
     if kind == "requires_grad":
-        return _method(_parenthesized(ctx, data), "requires_grad_", flag_args)
+        return _method(_as_receiver(ctx, data), "requires_grad_", flag_args)
     if kind == "detach_data":
         expr = _method(data.value, "detach")
     else:
-        expr = _method(_parenthesized(ctx, data), "detach")
+        expr = _method(_as_receiver(ctx, data), "detach")
         if kind == "exact" and flag is not None:  # the mechanical form, flag as written
             return _method(expr, "requires_grad_", [cst.Arg(flag)])
     return _method(expr, "requires_grad_", flag_args) if flag is not None and not _is_false(flag) else expr
@@ -669,16 +669,36 @@ def _in_place_of(ctx, call: cst.Call, node: cst.BaseExpression) -> cst.BaseExpre
     if node.lpar:
         return node
     if isinstance(node, (cst.NamedExpr, cst.Yield, cst.Lambda)) or _line_breaks_bare(ctx, node) or _binds_looser(ctx.parent(call), call, node):
-        return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return _in_parens(node)
     return node
+
+
+def _as_receiver(ctx, node: cst.BaseExpression) -> cst.BaseExpression:
+    """``node`` written to take a method call (``Variable(a + b)`` -> ``(a + b).detach()``): in
+    parentheses where it would not be the receiver as a whole, or a line break that only the
+    call's parentheses made legal must stay inside parentheses."""
+    if node.lpar or not (_loose_receiver(node) or _line_breaks_bare(ctx, node)):
+        return node
+    return _in_parens(node)
+
+
+def _in_parens(node: cst.BaseExpression) -> cst.BaseExpression:
+    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+
+
+def _loose_receiver(node: cst.BaseExpression) -> bool:
+    """``node`` followed by ``.name``, ``(..)`` or ``[..]`` would not be their receiver as a
+    whole: an operator binds looser, a number would read as a float (``1.cuda()``), implicitly
+    joined strings give only their last part."""
+    return _precedence(node) < _ATOM or isinstance(node, (cst.Integer, cst.Float, cst.Imaginary, cst.ConcatenatedString))
 
 
 def _binds_looser(parent, child: cst.BaseExpression, node: cst.BaseExpression) -> bool:
     """Whether ``node``, put in ``child``'s place in ``parent``, would bind looser than
     ``parent`` needs (Python's operator precedence; ``**`` groups right, the others left)."""
-    inner = _precedence(node)
     if isinstance(parent, (cst.Attribute, cst.Subscript, cst.Await)) or (isinstance(parent, cst.Call) and parent.func is child):
-        return inner < _ATOM or isinstance(node, (cst.Integer, cst.Float, cst.Imaginary))  # `1.cuda()`
+        return _loose_receiver(node)
+    inner = _precedence(node)
     if isinstance(parent, cst.BinaryOperation):
         outer = _precedence(parent)
         power = isinstance(parent.operator, cst.Power)
@@ -698,7 +718,8 @@ _BINARY = {
 
 
 def _precedence(node) -> float:
-    """Python's binding strength of an expression (higher binds tighter; an atom is _ATOM)."""
+    """Python's binding strength of an expression (higher binds tighter; an atom is _ATOM; a
+    kind not known here is 0, so that it is parenthesised wherever that could matter)."""
     if isinstance(node, cst.BinaryOperation):
         return _BINARY.get(type(node.operator).__name__, 0)
     if isinstance(node, cst.UnaryOperation):
@@ -707,9 +728,20 @@ def _precedence(node) -> float:
         return 3.5
     if isinstance(node, cst.BooleanOperation):
         return 2 if isinstance(node.operator, cst.And) else 1
-    if isinstance(node, (cst.IfExp, cst.Lambda, cst.NamedExpr, cst.Yield)):
-        return 0
-    return _ATOM
+    if isinstance(node, cst.Await):
+        return 9.8
+    return _ATOM if isinstance(node, _atoms()) else 0
+
+
+@functools.lru_cache(maxsize=None)
+def _atoms() -> tuple[type, ...]:
+    """LibCST's atom kinds: names, calls, subscripts, literals, displays (built on first use:
+    libcst loads lazily)."""
+    return (
+        cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.FormattedString,
+        cst.ConcatenatedString, cst.Integer, cst.Float, cst.Imaginary,
+        cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.SetComp, cst.DictComp,
+    )
 
 
 def _line_breaks_bare(ctx, node: cst.BaseExpression) -> bool:
@@ -723,32 +755,6 @@ def _line_breaks_bare(ctx, node: cst.BaseExpression) -> bool:
     except SyntaxError:
         return True
     return False
-
-
-def _parenthesized(ctx, node: cst.BaseExpression) -> cst.BaseExpression:
-    if not _needs_parens(ctx, node):
-        return node
-    return node.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-
-
-@functools.lru_cache(maxsize=None)
-def _node_kinds() -> tuple[tuple[type, ...], tuple[type, ...]]:
-    """(bracketed, atomic) LibCST expression types, built on first use (libcst loads lazily)."""
-    bracketed = (cst.List, cst.Tuple, cst.Dict, cst.Set, cst.ListComp, cst.SetComp, cst.DictComp)
-    return bracketed, (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.FormattedString, *bracketed)
-
-
-def _needs_parens(ctx, node: cst.BaseExpression) -> bool:
-    """Whether ``node`` must be parenthesized to take ``.detach()`` outside the call's parens.
-
-    Operators bind looser than attribute access (``Variable(a + b)`` -> ``(a + b).detach()``),
-    numbers would read as floats (``1.detach``), and a line break that only the call's
-    parentheses made legal must stay inside parentheses.
-    """
-    _, atomic = _node_kinds()
-    if node.lpar:
-        return False
-    return not isinstance(node, atomic) or _line_breaks_bare(ctx, node)
 
 
 def _detached_at_once(facts, call: ast.Call) -> bool:

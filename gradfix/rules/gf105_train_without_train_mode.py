@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from gradfix.analysis.calls import callers
+from gradfix.analysis.calls import outside_callers
 from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
@@ -428,9 +428,7 @@ class TrainWithoutTrainMode(Rule):
         """A call site elsewhere in the file sets train mode right before calling ``scope``."""
         if scope is None:
             return False
-        for call in callers(facts, scope):
-            if facts.function_of.get(call) is scope:
-                continue
+        for call in outside_callers(facts, scope):
             caller = facts.function_of.get(call)
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
             names = {module} | {p for p in passed if p}

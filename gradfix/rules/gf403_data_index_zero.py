@@ -194,19 +194,25 @@ class _Scalars:
     def _number(self, expr: ast.expr, func) -> bool:
         """A Python number: a literal, or a name that its scope binds to literals only
         (``mb_size = 64``)."""
-        if isinstance(expr, ast.Constant):
-            return type(expr.value) in (int, float)
-        if not isinstance(expr, ast.Name):
-            return False
-        values = [
-            stmt.value for stmt in self.facts.statements(func)
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in stmt.targets)
-        ]
-        bound_otherwise = any(
-            isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) and _binds_name(stmt, expr.id)
-            for stmt in self.facts.statements(func)
-        )
-        return bool(values) and not bound_otherwise and all(isinstance(v, ast.Constant) and type(v.value) in (int, float) for v in values)
+        if isinstance(expr, ast.Name):
+            values = self._bound_values(expr.id, func)
+            return bool(values) and all(map(_number_literal, values))
+        return _number_literal(expr)
+
+    def _bound_values(self, name: str, func) -> list[ast.expr] | None:
+        """What ``func``'s own statements assign to ``name`` (``=``, ``+=``, an annotated
+        ``=``); None when a ``for`` or ``with`` binds it by unpacking (a loader's batch, a
+        context's value: unknown)."""
+        values = []
+        for stmt in self.facts.statements(func):
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+                values.append(stmt.value)
+            elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
+                if stmt.target.id == name and stmt.value is not None:
+                    values.append(stmt.value)
+            elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) and _binds(stmt, name):
+                return None
+        return values
 
     def _scalar_through(self, call: ast.Call, func, depth: int, seen: frozenset) -> bool:
         """An element-wise torch function of a scalar (``F.relu(m - d_fake)``), or a call of
@@ -249,17 +255,11 @@ class _Scalars:
     def _scalar_name(self, name: str, func, depth: int, seen: frozenset) -> bool:
         if _NOT_SCALAR_NAME.search(name) or name in seen:
             return False
-        values = []
-        for stmt in self.facts.statements(func):
-            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
-                values.append(stmt.value)
-            elif isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) and isinstance(stmt.target, ast.Name):
-                if stmt.target.id == name and stmt.value is not None:
-                    values.append(stmt.value)
-            elif isinstance(stmt, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)) and _binds(stmt, name):
-                return False  # bound by unpacking a loader/context: unknown shape
+        values = self._bound_values(name, func)
+        if values is None:
+            return False  # bound by unpacking a loader/context: unknown shape
         seen = seen | {name}
-        numbers = [v for v in values if isinstance(v, ast.Constant) and type(v.value) in (int, float)]
+        numbers = [v for v in values if _number_literal(v)]
         tensors = [v for v in values if v not in numbers]
         # a binding's own call, or the calls it is computed from (`ctc(...) / n`)
         operands = [o for v in tensors for o in ((v,) if isinstance(v, ast.Call) else (getattr(v, "left", None), getattr(v, "right", None)))]
@@ -273,10 +273,8 @@ class _Scalars:
         return loss_like_name(name)
 
 
-def _binds_name(stmt: ast.stmt, name: str) -> bool:
-    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)):
-        return isinstance(stmt.target, ast.Name) and stmt.target.id == name
-    return _binds(stmt, name)
+def _number_literal(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float)
 
 
 def _binds(stmt: ast.stmt, name: str) -> bool:
