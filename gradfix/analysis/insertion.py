@@ -104,7 +104,7 @@ def plan_no_grad(
     the function body but what ``outside_ok`` accepts, the function is decorated instead.
     """
     def joinable(stmt: ast.stmt) -> bool:
-        return _joinable(stmt, joins, header_ok)
+        return joinable_statement(stmt, joins, header_ok)
 
     original = {s for g in groups for s in g}
     suspends = func is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
@@ -133,14 +133,16 @@ def _inside(facts, run: Sequence[ast.stmt], outer: Sequence[ast.stmt]) -> bool:
     return any(run[0] is s or is_within(facts, run[0], s) for s in outer)
 
 
-def _joinable(stmt: ast.stmt, joins, header_ok) -> bool:
+def joinable_statement(stmt: ast.stmt, joins, header_ok) -> bool:
+    """``stmt`` may join a ``no_grad`` block: a simple statement ``joins`` accepts, or an
+    ``if``/``for``/``while`` whose header ``header_ok`` accepts and whose statements all may."""
     # Module level, not a closure calling itself: that closure would be a reference cycle
     # holding the rule's callbacks, and through them the file's facts and whole tree, until
     # the cyclic collector came by.
     if isinstance(stmt, _COMPOUND):
         if isinstance(stmt, _LOOPS) and stmt.orelse:
             return False
-        return header_ok(stmt) and all(_joinable(c, joins, header_ok) for c in _children(stmt))
+        return header_ok(stmt) and all(joinable_statement(c, joins, header_ok) for c in _children(stmt))
     return joins(stmt)
 
 

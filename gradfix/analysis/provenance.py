@@ -457,12 +457,6 @@ def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
     the file is a module-level assignment of ``torch.FloatTensor``, ``torch.cuda.LongTensor``...
     or a conditional choice between such classes, and no function binds it locally."""
 
-    def legacy(value: ast.AST) -> bool:
-        if isinstance(value, ast.IfExp):
-            return legacy(value.body) and legacy(value.orelse)
-        prefix, _, last = (facts.qualname(value) or "").rpartition(".")
-        return prefix in ("torch", "torch.cuda") and CONSTRUCTORS.get(last) is False
-
     def compute() -> bool:
         from gradfix.analysis.calls import module_level_bindings  # calls builds on this module
 
@@ -476,9 +470,17 @@ def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
             return False
         # these assignments are all the module binds it with (no `for Tensor in ...`, `def
         # Tensor`, `import ... as Tensor`, class-body `Tensor = ...`)
-        return all(legacy(v) for v in values) and module_level_bindings(facts)[name] == len(values)
+        return all(_legacy_class(facts, v) for v in values) and module_level_bindings(facts)[name] == len(values)
 
     return facts.memo(("provenance.legacy_class_alias", name), compute)
+
+
+def _legacy_class(facts: FileFacts, value: ast.AST) -> bool:
+    # module level, not a closure calling itself: that would tie the facts into a cycle
+    if isinstance(value, ast.IfExp):
+        return _legacy_class(facts, value.body) and _legacy_class(facts, value.orelse)
+    prefix, _, last = (facts.qualname(value) or "").rpartition(".")
+    return prefix in ("torch", "torch.cuda") and CONSTRUCTORS.get(last) is False
 
 
 def origin(facts: FileFacts, expr: ast.AST) -> Origin | None:
@@ -665,6 +667,10 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
         return None
     flow = reaching_definitions(facts, func)
     definitions = flow.reaching.get(name) or frozenset({UNKNOWN})
+    if definitions == {UNKNOWN}:
+        module = _module_definitions(facts, name)
+        if module is not None:  # `vgg_mean = torch.FloatTensor(..)` at module level
+            flow, definitions = reaching_definitions(facts, None), module
     entry = None
     if UNKNOWN in definitions and conv is None:
         entry = _parameter_origin(facts, func, name, seen, depth)  # what the callers hand in
@@ -685,6 +691,39 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
         return None
     line = min(getattr(d.node, "lineno", 0) for d in definitions)
     return Origin(found.kind, name, line)
+
+
+def _module_definitions(facts, name: ast.Name) -> frozenset[Definition] | None:
+    """For a read in a function of a module-level name (no function it lies in binds it), the
+    module's bindings of it that a call may see: those at the module's end and wherever a
+    module-level statement calls a def of the file. None: not such a read, a function declares
+    the name ``global`` (it may rebind it), or some code of the file may make the object
+    require grad (``w.requires_grad_()``, ``w.requires_grad = True``)."""
+    func = facts.function_of.get(name)
+    if func is None or name.id in facts.declared_global:
+        return None
+    if any(name.id in facts.scope_of_node[f].locals or name.id in facts.scope_of_node[f].imports for f in (func, *facts.enclosing_functions(func))):
+        return None
+    module = reaching_definitions(facts, None)
+    if module.exit is None or name.id not in module.exit:
+        return None
+    found = set(module.exit[name.id])
+    for state in module.entries:
+        found |= state.get(name.id, frozenset())
+    if UNKNOWN in found or _made_to_require_grad(facts, name.id):
+        return None
+    return frozenset(found)
+
+
+def _made_to_require_grad(facts, name: str) -> bool:
+    def compute() -> bool:
+        for node in ast.walk(facts.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name:
+                if node.attr in _LEAF_CHANGERS or node.attr == "requires_grad" and not isinstance(node.ctx, ast.Load):
+                    return True
+        return False
+
+    return facts.memo(("provenance.made_to_require_grad", name), compute)
 
 
 def _parameter_origin(facts, func, name: ast.Name, seen, depth) -> Origin | None:
@@ -788,7 +827,22 @@ def loader_iterable(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
     if not isinstance(expr, ast.Name) or depth > 3 or isinstance(func, ast.Lambda):
         return False
     definitions = reaching_definitions(facts, func).reaching.get(expr) or {UNKNOWN}
+    if definitions == {UNKNOWN}:  # `def finetune(model, text): for batch in text:` ... `finetune(m, train_data)`
+        return _loader_parameter(facts, func, expr, depth)
     return all(d is not UNKNOWN and d.kind == "assign" and loader_iterable(facts, d.value, depth + 1) for d in definitions)
+
+
+def _loader_parameter(facts: FileFacts, func, name: ast.Name, depth: int) -> bool:
+    """``name`` is a parameter of ``func`` that every call of it in the file hands a loader."""
+    from gradfix.analysis.calls import argument_for, outside_callers  # calls builds on this module
+
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    if name.id not in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}:
+        return False
+    calls = outside_callers(facts, func)
+    arguments = [argument_for(func, call, name.id) for call in calls]
+    return bool(calls) and all(a is not None and loader_iterable(facts, a, depth + 1) for a in arguments)
 
 
 # -- may the object stand for its detached alias -----------------------------------------------------
@@ -804,6 +858,8 @@ def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
         return False
     flow = reaching_definitions(facts, func, reads=True)
     definitions = flow.reaching.get(read, frozenset())
+    if definitions == {UNKNOWN} and _module_definitions(facts, read) is not None:
+        return _global_sole_holder(facts, read)
     if not definitions or any(d.kind in ("unknown", "def") for d in definitions):
         return False
     if read in flow.previous_reads.get(read, ()):
@@ -825,7 +881,25 @@ def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
     return True
 
 
-def _harmless_read(facts, node: ast.Name) -> bool:
+def _global_sole_holder(facts: FileFacts, read: ast.Name) -> bool:
+    """A module-level name is seen by every function of the file: ``Variable(g)`` may become
+    ``g`` when it asks no ``requires_grad``, what it hands its value to cannot make it require
+    grad, and neither can any other read of ``g`` in the file (``vgg_mean.type(t.type())``)."""
+    call = facts.parents.get(read)
+    while isinstance(call, (ast.Attribute, ast.Call)) and facts.call_qualname(call) != VARIABLE:
+        call = facts.parents.get(call)  # `Variable(g.cuda())`: the call around the chain
+    if not isinstance(call, ast.Call) or len(call.args) != 1 or any(k.arg == "requires_grad" for k in call.keywords):
+        return False
+    if not _harmless_read(facts, call):
+        return False
+    return all(
+        _harmless_read(facts, node)
+        for node in ast.walk(facts.tree)
+        if isinstance(node, ast.Name) and node.id == read.id and isinstance(node.ctx, ast.Load) and node is not read
+    )
+
+
+def _harmless_read(facts, node: ast.expr) -> bool:
     """A read of the value that can neither make it require grad nor hand it on."""
     parent = facts.parents.get(node)
     if isinstance(parent, ast.Attribute) and parent.value is node:

@@ -176,7 +176,9 @@ def trailing_saves(facts, body: list[ast.stmt]) -> int:
 # type checks, shapes, strings, the module tree (GF302/GF304 ask these when they widen a block).
 _NO_GRAPH_BUILTINS = frozenset(
     {"isinstance", "issubclass", "hasattr", "callable", "len", "type", "id", "str", "repr", "int", "float", "bool",
-     "range", "zip", "enumerate", "list", "tuple", "print", "round", "format", "iter", "next", "sorted", "reversed"}
+     "range", "zip", "enumerate", "list", "tuple", "print", "round", "format", "iter", "next", "sorted", "reversed",
+     # one of the values they are given, or arithmetic on them (checked as arithmetic is)
+     "min", "max", "abs", "sum", "all", "any"}
 )
 _NO_GRAPH_METHODS = frozenset(
     "size dim ndimension numel nelement item tolist find startswith endswith lower upper strip split join "
@@ -210,14 +212,22 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
         return expr.attr not in _VIEW_ATTRS and computes_no_graph(facts, expr.value)
     if isinstance(expr, (ast.Tuple, ast.List)):
         return all(computes_no_graph(facts, e) for e in expr.elts)
+    if isinstance(expr, ast.IfExp):
+        return all(computes_no_graph(facts, e) for e in (expr.test, expr.body, expr.orelse))
+    if isinstance(expr, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+        # `max(group['lr'] for group in self.param_groups)`
+        parts = [expr.key, expr.value] if isinstance(expr, ast.DictComp) else [expr.elt]
+        parts += [part for g in expr.generators for part in (g.iter, *g.ifs)]
+        targets = all(isinstance(n, ast.Name) for g in expr.generators for n in _target_leaves(g.target))
+        return targets and not any(g.is_async for g in expr.generators) and all(computes_no_graph(facts, e) for e in parts)
     if isinstance(expr, ast.Call):
         if not (all(computes_no_graph(facts, a) for a in expr.args) and all(computes_no_graph(facts, k.value) for k in expr.keywords)):
             return False
         func = expr.func
-        if isinstance(func, ast.Name):
-            return func.id in _NO_GRAPH_BUILTINS and is_builtin(facts, func.id, func)
         if (facts.qualname(func) or "").startswith(("math.", "numpy.")):  # autograd never sees these
             return True
+        if isinstance(func, ast.Name):
+            return func.id in _NO_GRAPH_BUILTINS and is_builtin(facts, func.id, func)
         return isinstance(func, ast.Attribute) and func.attr in _NO_GRAPH_METHODS and computes_no_graph(facts, func.value)
     return False
 
@@ -226,9 +236,11 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
     """A simple statement that may run under ``no_grad`` with the same effect: ``pass``,
     ``continue``, ``break``, logging (:func:`is_neutral_statement`), a container append of
     names or attributes (``convs.append(m.weight.data)``), a ``torch.nn.init``
-    call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``, or
-    an assignment to plain names of a :func:`computes_no_graph` value (``classname =
-    m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``)."""
+    call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``,
+    ``raise`` of a builtin exception, ``ptr += n`` on integers, or an
+    assignment to plain names of a :func:`computes_no_graph` value (``classname =
+    m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``) or of one that is the same
+    in any grad mode (:func:`same_under_no_grad`)."""
     if isinstance(stmt, (ast.Pass, ast.Continue, ast.Break)) or is_neutral_statement(facts, stmt):
         return True
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
@@ -252,7 +264,22 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         return plain and (computes_no_graph(facts, stmt.value) or same_under_no_grad(facts, stmt.value))
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
         return integer_valued(facts, stmt.target) and integer_valued(facts, stmt.value)  # `ptr += n`
+    if isinstance(stmt, ast.Raise):  # `raise ValueError(f"unknown {name}")`
+        return stmt.cause is None and (stmt.exc is None or _builtin_exception(facts, stmt.exc))
     return False
+
+
+def _builtin_exception(facts, exc: ast.expr) -> bool:
+    """``ValueError``, ``KeyError(f"..{k}")``: a builtin exception class (or one built from
+    values that compute no graph)."""
+    if isinstance(exc, ast.Call):
+        if not all(computes_no_graph(facts, a) for a in (*exc.args, *(k.value for k in exc.keywords))):
+            return False
+        exc = exc.func
+    if not isinstance(exc, ast.Name) or not is_builtin(facts, exc.id, exc):
+        return False
+    found = getattr(builtins, exc.id, None)
+    return isinstance(found, type) and issubclass(found, BaseException)
 
 
 # torch.distributed's collectives: in place, not differentiable (torch.distributed.nn has the
@@ -282,18 +309,19 @@ def tensor_function(qual: str) -> bool:
 
 def updates_optimizer_state(facts, stmt: ast.stmt) -> bool:
     """A simple statement of an optimizer's update loop
-    (:func:`~gradfix.analysis.vocabulary.parameter_update_loop`) that may run under ``no_grad``
+    (:func:`~gradfix.analysis.vocabulary.parameter_update_loop`) or of its ``step()``
+    (:func:`~gradfix.analysis.vocabulary.optimizer_step`) that may run under ``no_grad``
     with the same effect, by torch.optim's own convention (its ``step()`` runs the whole update
     under ``no_grad``): it binds names, items (``state['step'] += 1``) or ``.data``, and calls
     only torch functions (not ``torch.autograd``), methods of the tensors and state it works on
     (not ``backward``, hooks, ``requires_grad_``), builtins and ``math``/``numpy``/``copy``
     (a tensor's deepcopy does not depend on the grad mode), never a
     function or method gradfix cannot see into (a ``closure()``, ``self._helper(p)``)."""
-    from gradfix.analysis.vocabulary import parameter_update_loop
+    from gradfix.analysis.vocabulary import optimizer_step, parameter_update_loop
 
     if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Raise, ast.Assert)):
         return False
-    if parameter_update_loop(facts, stmt) is None:
+    if parameter_update_loop(facts, stmt) is None and optimizer_step(facts, stmt) is None:
         return False
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, (ast.AugAssign, ast.AnnAssign)) else []
     if not all(_update_target(t) for target in targets for t in _target_leaves(target)):
@@ -405,12 +433,18 @@ def builds_torch_module(facts, stmt: ast.stmt) -> bool:
 
 def same_under_no_grad(facts, expr: ast.AST) -> bool:
     """A value that is the same whether built under ``no_grad`` or not, so
-    it may be computed inside the block and read after it: a fresh tensor constructor without
+    it may be computed inside the block and read after it: integer arithmetic
+    (:func:`integer_valued`), or a tensor that needs no grad by proof
+    (:func:`~gradfix.analysis.provenance.origin`): a fresh tensor constructor without
     ``requires_grad=`` (``torch.randn(2, 3)``: no history either way, pinned in
-    tests/facts/test_gf304_facts.py) or integer arithmetic (:func:`integer_valued`)."""
-    from gradfix.analysis.provenance import constructor
+    tests/facts/test_gf304_facts.py), a ``.data`` or ``.detach()`` alias, or what torch
+    functions and tensor methods compute from those alone (``torch.cumsum(w.data, 0)``)."""
+    from gradfix.analysis.provenance import PROVEN, origin
 
-    return constructor(facts, expr) is not None or integer_valued(facts, expr)
+    if integer_valued(facts, expr):
+        return True
+    found = origin(facts, expr)
+    return found is not None and found.kind in PROVEN
 
 
 _INT_METHODS = frozenset("numel nelement dim ndimension".split())
@@ -482,10 +516,10 @@ def header_records_no_graph(facts, stmt: ast.stmt) -> bool:
 
 
 def header_updates_optimizer_state(facts, stmt: ast.stmt) -> bool:
-    """The header of an ``if``/``for``/``while`` in an optimizer's update loop (or that loop's
-    own header) that computes only update maths (:func:`update_maths`):
+    """The header of an ``if``/``for``/``while`` in an optimizer's update loop or ``step()`` (or
+    that loop's own header) that computes only update maths (:func:`update_maths`):
     ``if torch.isfinite(grad).all():``, ``for p, buf in zip(group['params'], bufs):``."""
-    from gradfix.analysis.vocabulary import parameter_update_loop
+    from gradfix.analysis.vocabulary import optimizer_step, parameter_update_loop
 
     if isinstance(stmt, (ast.If, ast.While)):
         header = stmt.test
@@ -495,7 +529,11 @@ def header_updates_optimizer_state(facts, stmt: ast.stmt) -> bool:
         header = stmt.iter
     else:
         return False
-    inside = parameter_update_loop(facts, stmt) is not None or isinstance(stmt, ast.For) and parameter_update_loop(facts, stmt.body[0]) is stmt
+    inside = (
+        parameter_update_loop(facts, stmt) is not None
+        or optimizer_step(facts, stmt) is not None
+        or isinstance(stmt, ast.For) and parameter_update_loop(facts, stmt.body[0]) is stmt
+    )
     return inside and update_maths(facts, header)
 
 

@@ -22,18 +22,22 @@ from gradfix.lazy import cst
 from gradfix.analysis.calls import callees
 from gradfix.analysis.flow import innermost_statement
 from gradfix.analysis.grad_use import uses_grads
+from gradfix.analysis.insertion import plan_no_grad
+from gradfix.analysis.regions import header_records_no_graph, records_no_graph
 from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
 from gradfix.analysis.statements import (
     can_wrap,
     crosses_notebook_cell,
     innermost_loop,
     is_cell_marker,
+    is_within,
     statement_block,
     torch_reachable,
     wrap_in_no_grad,
 )
 from gradfix.analysis.toggles import toggles_grad_globally
 from gradfix.analysis.vocabulary import in_torch_version_branch
+from gradfix.facts import main_guard
 from gradfix.model import FixSafety, Span
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
 _POSITIONAL = ("data", "requires_grad", "volatile")
@@ -262,8 +266,12 @@ def _reexported(facts, name: str) -> bool:
     ``Variable`` included, and 2017 scripts relied on that (``train.py`` calls ``Variable``
     after ``from model import *``). Files next to this one and one folder up are searched for
     ``from <this module> import *`` / ``import ... Variable``; with ``__all__`` only a listed
-    name is exported.
+    name is exported. An import under ``if __name__ == "__main__":`` runs only when the file is
+    the script, so no importer sees it.
     """
+    bindings = [n for n in facts.nodes_of(ast.ImportFrom) if any((a.asname or a.name) == name for a in n.names)]
+    if bindings and all(_under_main_guard(facts, n) for n in bindings):
+        return False
     for node in facts.tree.body:
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -278,6 +286,15 @@ def _reexported(facts, name: str) -> bool:
         for module, names in _from_imports(where):
             if module.rpartition(".")[2] == stem and (names == "*" or re.search(rf"\b{name}\b", names)):
                 return True
+    return False
+
+
+def _under_main_guard(facts, node: ast.AST) -> bool:
+    child, parent = node, facts.parents.get(node)
+    while parent is not None:
+        if isinstance(parent, ast.If) and main_guard(parent.test) and any(child is s for s in parent.body):
+            return True
+        child, parent = parent, facts.parents.get(parent)
     return False
 
 
@@ -349,12 +366,12 @@ def cst_variable_args(call: cst.Call) -> dict[str, cst.BaseExpression]:
 
 def fix_variable_call(finding, ctx):
     """The edit for a finding whose ``data`` is ``(Rewrite.kind, import module or None, span of
-    a self-assignment (or `else:` branch) to remove or None, its heir or ELSE, span of the loop
-    to wrap in ``no_grad`` or None)``; drops the ``Variable`` import once no use is left."""
+    a self-assignment (or `else:` branch) to remove or None, its heir or ELSE, spans of the
+    statements to wrap in ``no_grad`` (the loop: :func:`volatile_loop`) or None)``; drops the ``Variable`` import once no use is left."""
 
-    kind, module, statement, heir, loop = finding.data
+    kind, module, statement, heir, run = finding.data
     edits = _own_edits(ctx, finding, kind, module, statement, heir)
-    if loop is None:
+    if run is None:
         return edits
 
     def inside(stmt):  # the call's own edits, made inside the loop that moves into the `with`
@@ -365,7 +382,7 @@ def fix_variable_call(finding, ctx):
                 stmt = stmt.deep_remove(edit.node)
         return stmt
 
-    return wrap_in_no_grad(ctx, [loop], inside)
+    return wrap_in_no_grad(ctx, run, inside)
 
 
 def _own_edits(ctx, finding, kind, module, statement, heir):
@@ -455,29 +472,50 @@ def report_rewrites(rule, facts, planned, exact: bool):
                 found.import_module,
                 statement if heir == ELSE else facts.span(statement) if statement is not None else None,
                 heir if heir == ELSE else facts.span(heir) if heir is not None else None,
-                facts.span(loop) if loop is not None else None,
+                tuple(facts.span(s) for s in loop) if loop is not None else None,
             ),
         )
 
 
-def volatile_loop(facts, call: ast.Call) -> ast.stmt | None:
+def volatile_loop(facts, call: ast.Call) -> tuple[ast.stmt, ...] | None:
     """The loop that a ``Variable(x, volatile=True)`` call meant to run without a graph, when
     ``with torch.no_grad():`` around it changes nothing else: the innermost ``for``/``while``
     around the call (in its function, or at module level), in no grad-mode region, in a file
     with no bare ``set_grad_enabled`` toggle, where nothing computes or asks for gradients (no
     `.backward()`, optimizer step, `torch.autograd.grad`, `.grad`, `requires_grad`, neither in
     the loop nor in a file function it calls) and which can move into a ``with`` block. None
-    otherwise (a validation loop inside a training loop's body: the loop around it trains)."""
+    otherwise (a validation loop inside a training loop's body: the loop around it trains).
+    The ``with`` goes where :func:`~gradfix.analysis.insertion.plan_no_grad` puts it: around
+    the loops around that one whose other statements record no graph (`for i: start = k * i;
+    for j: ..` is entered once, not once per `i`), and around the grad-free statements between
+    such loops; the statements it holds are returned."""
     if facts.regions_around(call) or toggles_grad_globally(facts):
         return None
     stmt = innermost_statement(facts.parents, call)
-    loop = innermost_loop(facts, facts.function_of.get(call), [stmt]) if stmt is not None else None
-    if loop is None or uses_grads(facts, loop) or not can_wrap(facts, [loop]) or not torch_reachable(facts, loop, "no_grad"):
+    func = facts.function_of.get(call)
+    loop = innermost_loop(facts, func, [stmt]) if stmt is not None else None
+    if loop is None or not _needs_no_graph(facts, loop) or not torch_reachable(facts, loop, "no_grad"):
         return None
-    for node in ast.walk(loop):
-        if isinstance(node, ast.Call) and any(uses_grads(facts, f) for f in callees(facts, node).defs):
-            return None
-    return loop
+    plan = plan_no_grad(
+        facts,
+        func,
+        [[loop]],
+        joins=lambda s: records_no_graph(facts, s),
+        header_ok=lambda s: header_records_no_graph(facts, s),
+        outside_ok=lambda before, after: False,
+        private=True,
+    )
+    run = next((r for r in plan.runs if any(s is loop or is_within(facts, loop, s) for s in r)), None)
+    if run is None or not can_wrap(facts, list(run)) or not all(_needs_no_graph(facts, s) for s in run):
+        return (loop,) if can_wrap(facts, [loop]) else None
+    return run
+
+
+def _needs_no_graph(facts, stmt: ast.stmt) -> bool:
+    """Nothing in ``stmt``, nor in a file function it calls, computes or asks for gradients."""
+    if uses_grads(facts, stmt):
+        return False
+    return not any(isinstance(node, ast.Call) and any(uses_grads(facts, f) for f in callees(facts, node).defs) for node in ast.walk(stmt))
 
 
 def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Call, tuple[ast.Assign, ast.stmt | None]], set[ast.Call]]:

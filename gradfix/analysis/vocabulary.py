@@ -109,6 +109,20 @@ def parameter_update_loop(facts: FileFacts, node: ast.AST) -> ast.For | None:
     return found
 
 
+def optimizer_step(facts: FileFacts, node: ast.AST):
+    """The optimizer ``step`` method that holds ``node`` (not in a nested def): a method named
+    ``step`` with a loop over ``X.param_groups`` or a group's ``['params']``, which torch.optim
+    runs whole under ``no_grad`` (its closure under ``enable_grad``); None otherwise."""
+    func = facts.function_of.get(node)
+    if not isinstance(func, FUNCTIONS) or func.name != "step" or not isinstance(facts.parents.get(func), ast.ClassDef):
+        return None
+    found = facts.memo(
+        ("optimizer_step", func),
+        lambda: any(isinstance(s, ast.For) and _iterates_parameter_groups(s.iter) for s in facts.statements(func)),
+    )
+    return func if found else None
+
+
 def closure_evaluation(facts: FileFacts, func, stmt: ast.stmt) -> list[ast.stmt] | None:
     """The statements of an optimizer's ``step(closure)`` that re-evaluate the loss: ``loss =
     closure()`` (a call of a parameter of ``func``), alone or under ``if closure is not None:``.

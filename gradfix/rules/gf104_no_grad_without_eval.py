@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from gradfix.lazy import cst
 
+from gradfix.analysis.calls import outside_callers
 from gradfix.analysis.gradflow import short_code
 from gradfix.analysis.insertion import body_start, insert_before, statement_at, unused_name
 from gradfix.analysis.module_mode import (
@@ -28,7 +29,7 @@ from gradfix.analysis.module_mode import (
     switches,
     train_mode_reaches,
 )
-from gradfix.analysis.project import FREE, SENSITIVE
+from gradfix.analysis.project import FREE, SENSITIVE, UNKNOWN
 from gradfix.analysis.vocabulary import FUNCTIONS, is_training_scope
 from gradfix.facts import FileFacts, GradRegion, bound_names
 from gradfix.model import FixSafety
@@ -106,7 +107,12 @@ def _train_mode_evidence(facts: FileFacts, call: ast.Call, p: str, attr: str | N
     is but is mode-free (`.eval()` would change nothing); None when nothing shows it."""
     nodes = evidence_for(facts, p, call)
     if nodes:
-        return module_sensitivity(facts, p, call, attr) != FREE and (p, f"trained at line {nodes[0].lineno}")
+        kind = module_sensitivity(facts, p, call, attr)
+        if kind == UNKNOWN and _uncalled_parameter(facts, p, call) and all(module_sensitivity(facts, p, n) == FREE for n in nodes):
+            # a parameter of a function no code of the file calls shares its evidence by name
+            # only, and what the file trains under that name is mode-free: no trained dropout
+            return False
+        return kind != FREE and (p, f"trained at line {nodes[0].lineno}")
     own = fresh_local(facts, p, call)
     loaded = loads_saved_weights(facts, own, p, call) if own is not None else None
     if loaded is not None:
@@ -114,6 +120,15 @@ def _train_mode_evidence(facts: FileFacts, call: ast.Call, p: str, attr: str | N
         if built and module_sensitivity(facts, p, call, attr) == SENSITIVE:
             return p, f"built at line {built[-1].lineno}, weights loaded at line {loaded.lineno}"
     return None
+
+
+def _uncalled_parameter(facts: FileFacts, name: str, at: ast.AST) -> bool:
+    """The root of ``name`` is a parameter of the function around ``at``, which nothing in the
+    file calls (`def accuracy(x, y, model)` in a notebook that never runs it)."""
+    func = facts.function_of.get(at)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or outside_callers(facts, func):
+        return False
+    return name.split(".", 1)[0] in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}
 
 
 class NoGradWithoutEval(Rule):

@@ -8,7 +8,7 @@ import re
 from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
-from gradfix.analysis.insertion import plan_no_grad
+from gradfix.analysis.insertion import joinable_statement, plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
 from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data, parameter_attributes
 from gradfix.analysis.vocabulary import STORAGE_VIEWS, closure_evaluation, optimizer_state, owner_class
@@ -909,11 +909,14 @@ class DataMutation(Rule):
             """,
         ),
         # A set-up section: fresh tensors (no `requires_grad=`) and an integer offset between
-        # the writes give the same values under `no_grad`, so one `with` holds the section.
+        # the writes give the same values under `no_grad`, so one `with` holds the section
+        # (without the `conv.train()` call, which is not grad-free work, the whole body would be
+        # and `load` would be decorated).
         Invalid(
             """
             import torch
             def load(conv, weights, ptr):
+                conv.train()
                 n = conv.weight.numel()
                 w = torch.from_numpy(weights[ptr:ptr + n]).view_as(conv.weight)
                 conv.weight.data.copy_(w)
@@ -928,6 +931,7 @@ class DataMutation(Rule):
             """
             import torch
             def load(conv, weights, ptr):
+                conv.train()
                 n = conv.weight.numel()
                 w = torch.from_numpy(weights[ptr:ptr + n]).view_as(conv.weight)
                 with torch.no_grad():
@@ -1220,28 +1224,37 @@ class DataMutation(Rule):
             by_function.setdefault(facts.function_of.get(stmt), []).append((stmt, attr))
         for func, writes in by_function.items():
             groups = self._groups(facts, writes)
+
+            def joins(s, func=func):
+                return (
+                    records_no_graph(facts, s)
+                    or updates_optimizer_state(facts, s)
+                    # an optimizer's `loss = closure()`, kept under `torch.enable_grad()`
+                    or bool(closure_evaluation(facts, func, s))
+                    or _returns_unchanged(facts, func, s)
+                )
+
+            def header_ok(s):
+                return header_records_no_graph(facts, s) or header_updates_optimizer_state(facts, s)
+
             plan = plan_no_grad(
                 facts,
                 func,
                 groups,
-                joins=lambda s: records_no_graph(facts, s) or updates_optimizer_state(facts, s),
-                header_ok=lambda s: header_records_no_graph(facts, s) or header_updates_optimizer_state(facts, s),
-                outside_ok=lambda before, after: all(
-                    records_no_graph(facts, s) or closure_evaluation(facts, func, s) or _returns_unchanged(facts, func, s) for s in [*before, *after]
-                ),
+                joins=joins,
+                header_ok=header_ok,
+                outside_ok=lambda before, after: all(joinable_statement(s, joins, header_ok) for s in [*before, *after]),
                 private=True,
             )
             if plan.decorate and all(_grad_write(facts, s, a) for s, a in writes):
                 yield from (self._drop_grad_data(facts, s, a) for s, a in writes)
                 continue
             if plan.decorate:
-                # an optimizer's `loss = closure()` keeps grad mode, as in torch.optim's step()
-                kept = [k for s in body_without_docstring(func) for k in closure_evaluation(facts, func, s) or ()]
                 title = f"Decorate `{func.name}` with `@torch.no_grad()` and drop `.data`"
+                kept = self._closures(facts, func, body_without_docstring(func))
                 if kept:
                     title += "; the closure runs under `torch.enable_grad()`"
-                where = ("decorate", facts.span(func.body[0]), tuple(facts.span(k) for k in kept))
-                yield self._finding(facts, writes, where, title)
+                yield self._finding(facts, writes, ("decorate", facts.span(func.body[0]), kept), title)
                 continue
             for run in plan.runs:
                 inside = [(s, a) for s, a in writes if any(is_within(facts, s, r) for r in run)]
@@ -1256,7 +1269,23 @@ class DataMutation(Rule):
                     continue
                 where = "the loop" if isinstance(run[0], (ast.For, ast.While)) and len(run) == 1 else "the writes"
                 title = f"Wrap {where} in `with torch.no_grad():` and drop `.data`"
-                yield self._finding(facts, inside, ("wrap", tuple(facts.span(s) for s in run)), title)
+                kept = self._closures(facts, func, run)
+                if kept:
+                    title += "; the closure runs under `torch.enable_grad()`"
+                yield self._finding(facts, inside, ("wrap", tuple(facts.span(s) for s in run), kept), title)
+
+    @staticmethod
+    def _closures(facts, func, stmts) -> tuple:
+        """The spans of an optimizer's ``loss = closure()`` among ``stmts`` and the statements
+        in them: they keep grad mode, as in torch.optim's ``step()``."""
+        found = [
+            k
+            for s in stmts
+            for node in ast.walk(s)
+            if isinstance(node, ast.stmt)
+            for k in closure_evaluation(facts, func, node) or ()
+        ]
+        return tuple(facts.span(k) for k in dict.fromkeys(found))
 
     @staticmethod
     def _groups(facts, writes) -> list[list[ast.stmt]]:
@@ -1334,15 +1363,13 @@ class DataMutation(Rule):
             if call.args:  # `normal_(0, 0.02)` -> `normal_(w, 0, 0.02)`: a comma after the tensor
                 new_call = new_call.with_changes(args=[cst.Arg(tensor, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args])
             return [Edit(call, new_call)]
-        *span, attr_spans = where
+        spans, kept_spans, attr_spans = where
         targets = {ctx.node_at(s, cst.Attribute) for s in attr_spans}
+        kept = {ctx.node_at(s, cst.BaseStatement): lambda stmt: grad_with(ctx, "enable_grad", [stmt]) for s in kept_spans}
+        rewrite = _rewrite(targets, kept)
         if mode == "decorate":
-            body_span, kept_spans = span
-            kept = {ctx.node_at(s, cst.BaseStatement): lambda stmt: grad_with(ctx, "enable_grad", [stmt]) for s in kept_spans}
-            rewrite = _rewrite(targets, kept)
-            return decorate_with_no_grad(ctx, body_span, lambda s: s.visit(rewrite))
-        rewrite = _rewrite(targets)
-        return wrap_in_no_grad(ctx, span[0], lambda s: s.visit(rewrite))
+            return decorate_with_no_grad(ctx, spans, lambda s: s.visit(rewrite))
+        return wrap_in_no_grad(ctx, spans, lambda s: s.visit(rewrite))
 
     @staticmethod
     def contract():
