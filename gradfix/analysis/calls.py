@@ -28,7 +28,7 @@ import builtins
 from collections import Counter
 from dataclasses import dataclass
 
-from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions
+from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions, seen_by_calls
 from gradfix.analysis.statements import own_nodes
 from gradfix.analysis.vocabulary import owner_class
 from gradfix.facts import FileFacts
@@ -165,10 +165,7 @@ def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:
         # what the module leaves bound, and what is bound wherever a module-level statement
         # calls a def of the file (whose code may run this function then); unbound there, the
         # call could not have run
-        definitions = set(flow.exit.get(name.id, frozenset({UNKNOWN})))
-        for entry in flow.entries:
-            definitions.update(entry.get(name.id, ()))
-        found = _binding(frozenset(definitions))
+        found = _binding(seen_by_calls(facts, name.id))
     else:  # a class body, a comprehension: any of the module's bindings
         found = _local_bindings(facts, None, name.id)
     if name.id in facts.declared_global:

@@ -45,14 +45,18 @@ class ForwardFlow:
         before: Mapping[int, State] | None = None,
         loops_may_skip: bool = False,
         refine: Callable[[ast.expr, State, bool], State] | None = None,
+        last_iteration: frozenset[int] = frozenset(),
     ):
         self.effect = effect
         self.refine = refine
+        # ids of the `if` statements that end a loop's body and hold only on its last iteration
+        # (:func:`last_iteration_ifs`): their body hands nothing to a next iteration
+        self.last_iteration = last_iteration
         self.before = before or {}
         self.loops_may_skip = loops_may_skip  # also leave a loop from its entry (no iteration)
         self.at: dict[int, State] = {}
         self.returns: State = NOWHERE  # joined over `return` statements
-        self._loops: list[tuple[list[State], list[State]]] = []  # (breaks, continues)
+        self._loops: list[tuple[list[State], list[State], list[State]]] = []  # (breaks, continues, last iteration)
         self._inside_try: list[list[State]] = []  # states seen in each enclosing `try` body
         self._pending: list[list[State]] = []  # `return` states waiting for each enclosing `finally`
         end = self._block(body, entry)
@@ -80,9 +84,12 @@ class ForwardFlow:
         for seen in self._inside_try:
             seen.append(after)
         if isinstance(stmt, ast.If):
-            if self.refine is None:
-                return self._block(stmt.body, after) | self._block(stmt.orelse, after)
-            taken, failed = self.refine(stmt.test, after, True), self.refine(stmt.test, after, False)
+            taken, failed = after, after
+            if self.refine is not None:
+                taken, failed = self.refine(stmt.test, after, True), self.refine(stmt.test, after, False)
+            if id(stmt) in self.last_iteration and self._loops:
+                self._loops[-1][2].append(self._block(stmt.body, taken))
+                return self._block(stmt.orelse, failed)
             return self._block(stmt.body, taken) | self._block(stmt.orelse, failed)
         if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
             return self._loop(stmt, after)
@@ -108,15 +115,15 @@ class ForwardFlow:
     def _loop(self, loop: ast.For | ast.AsyncFor | ast.While, entry: State) -> State:
         head = entry
         while True:
-            self._loops.append(([], []))
+            self._loops.append(([], [], []))
             end = self._block(loop.body, head)
-            breaks, continues = self._loops.pop()
+            breaks, continues, last = self._loops.pop()
             again = end.union(*continues)  # what an iteration hands to the next one
             if head | again == head:
                 break
             head |= again
         forever = isinstance(loop, ast.While) and isinstance(loop.test, ast.Constant) and bool(loop.test.value)
-        normal = NOWHERE if forever else self._block(loop.orelse, head if self.loops_may_skip else again)
+        normal = NOWHERE if forever else self._block(loop.orelse, (head if self.loops_may_skip else again).union(*last))
         return normal.union(*breaks)
 
     def _return(self, state: State) -> None:
@@ -144,6 +151,62 @@ class ForwardFlow:
         if returning:
             self._return(self._block(node.finalbody, NOWHERE.union(*returning)))
         return self._block(node.finalbody, out)
+
+
+def last_iteration_ifs(body: list[ast.stmt]) -> frozenset[int]:
+    """The ``if`` statements in ``body`` that end a ``for`` loop's body and test that the loop
+    is in its last iteration: `for i, b in enumerate(S):` or `for i in range(len(S)):` ending in
+    `if i == len(S) - 1:` (or `i + 1 == len(S)`, either way round), where ``S`` is what the loop
+    iterates, directly or through a name bound only to values that hold it (`steps =
+    list(enumerate(loader)); for i, b in tqdm(steps): ... if i == len(steps) - 1:`)."""
+    nodes = [n for stmt in body for n in ast.walk(stmt)]
+    bound: dict[str, list[ast.expr]] = {}
+    for node in nodes:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+    found = set()
+    for loop in nodes:
+        if not (isinstance(loop, ast.For) and loop.body and isinstance(loop.body[-1], ast.If)):
+            continue
+        target = loop.target.elts[0] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target
+        sized = _last_index_test(loop.body[-1].test, target.id) if isinstance(target, ast.Name) else None
+        if sized is not None and _iterates(loop.iter, sized, bound):
+            found.add(id(loop.body[-1]))
+    return frozenset(found)
+
+
+def _last_index_test(test: ast.expr, index: str) -> str | None:
+    """``S`` for a test `index == len(S) - 1` / `index + 1 == len(S)` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return None
+    for a, b in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+        plus_one = isinstance(a, ast.BinOp) and isinstance(a.op, ast.Add) and _is_one(a.right)
+        minus_one = isinstance(b, ast.BinOp) and isinstance(b.op, ast.Sub) and _is_one(b.right)
+        if plus_one and isinstance(a.left, ast.Name) and a.left.id == index:
+            size = b
+        elif minus_one and isinstance(a, ast.Name) and a.id == index:
+            size = b.left
+        else:
+            continue
+        if isinstance(size, ast.Call) and isinstance(size.func, ast.Name) and size.func.id == "len" and len(size.args) == 1:
+            return _dotted(size.args[0])
+    return None
+
+
+def _is_one(expr: ast.expr) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value == 1
+
+
+def _iterates(expr: ast.expr, sized: str, bound: dict[str, list[ast.expr]], depth: int = 0) -> bool:
+    """``expr`` (a loop's iterable) holds ``sized``, or a name bound only to values that do."""
+    names = {_dotted(n) for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))}
+    if sized in names:
+        return True
+    return depth < 2 and any(
+        name in bound and all(_iterates(v, sized, bound, depth + 1) for v in bound[name]) for name in names if name
+    )
 
 
 def innermost_statement(parents: Mapping[ast.AST, ast.AST], node: ast.AST) -> ast.stmt | None:
@@ -204,19 +267,6 @@ def not_instance_flow(body: list[ast.stmt], name: str, is_class: Callable[[ast.e
         kinds = test.args[1].elts if isinstance(test.args[1], ast.Tuple) else [test.args[1]]
         return True if any(is_class(k) for k in kinds) else None
 
-    def refine(test: ast.expr, state: State, truth: bool) -> State:
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return refine(test.operand, state, not truth)
-        if isinstance(test, ast.BoolOp):
-            # `a and b` held: both held; `a or b` failed: both failed. Otherwise nothing is known.
-            if isinstance(test.op, ast.And) == truth:
-                for value in test.values:
-                    state = refine(value, state, truth)
-            return state
-        if tested(test) is None or not state:
-            return state
-        return frozenset({"instance" if truth else "other"})
-
     def effect(stmt: ast.stmt, state: State) -> State:
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             header = [stmt.target]
@@ -231,7 +281,31 @@ def not_instance_flow(body: list[ast.stmt], name: str, is_class: Callable[[ast.e
                 return frozenset({"maybe"})  # bound again: another value
         return state
 
+    refine = InstanceTests(tested, lambda state: frozenset({"instance"}), lambda state: NOT_INSTANCE)
     return ForwardFlow(body, frozenset({"maybe"}), effect, refine=refine)
+
+
+class InstanceTests:
+    """A :class:`ForwardFlow` ``refine`` for `isinstance` tests: where ``tested(test)`` is true
+    for a test, the branch it holds on starts from ``held(state)`` and the one it fails on from
+    ``failed(state)``; `not`, `and`, `or` are followed (`a and b` held: both held; `a or b`
+    failed: both failed; otherwise nothing is known). A class, not a closure calling itself: a
+    flow memoised in the facts would tie them into a reference cycle."""
+
+    def __init__(self, tested: Callable[[ast.expr], object], held: Callable[[State], State], failed: Callable[[State], State]):
+        self.tested, self.held, self.failed = tested, held, failed
+
+    def __call__(self, test: ast.expr, state: State, truth: bool) -> State:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self(test.operand, state, not truth)
+        if isinstance(test, ast.BoolOp):
+            if isinstance(test.op, ast.And) == truth:
+                for value in test.values:
+                    state = self(value, state, truth)
+            return state
+        if not state or not self.tested(test):
+            return state
+        return self.held(state) if truth else self.failed(state)
 
 
 def _dotted(expr: ast.AST) -> str | None:

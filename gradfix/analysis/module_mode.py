@@ -21,10 +21,10 @@ import re
 from dataclasses import dataclass
 
 from gradfix.analysis.calls import argument_for, callee, callees, callers, dead, outside_callers, unbound
-from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, innermost_statement, not_instance_flow
+from gradfix.analysis.flow import NOT_INSTANCE, ForwardFlow, InstanceTests, innermost_statement, last_iteration_ifs, not_instance_flow
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.project import UNKNOWN, Sensitivity, combine, qualify, strip_moves
-from gradfix.analysis.provenance import UNKNOWN as NO_DEFINITION, reaching_definitions
+from gradfix.analysis.provenance import UNKNOWN as NO_DEFINITION, module_definitions, reaching_definitions
 from gradfix.analysis.vocabulary import (
     FUNCTIONS,
     LOOPS,
@@ -698,6 +698,7 @@ TRAIN = "train"  # this scope's own `.train()`: chosen here
 TRAINED = "trained"  # train mode nobody chose here: a module just built, a helper that trains it
 EVAL = "eval"
 UNSET = "unknown"  # `.train(flag)`, a submodule switched by hand: the author manages it
+NOT_MODULE = "no module"  # a path where `isinstance(m, nn.Module)` failed: no mode at all
 
 _KIND_MODES = {
     "train": frozenset({TRAIN}),
@@ -749,7 +750,8 @@ def leaves(facts: FileFacts, func, names: set[str]) -> frozenset:
         return frozenset({ENTRY})
     flow = _flow(facts, func, items, ENTRY)
     renamed = {TRAIN: TRAINED, UNSET: ENTRY}
-    return frozenset(renamed.get(m, m) for m in flow.exit) or frozenset({ENTRY})  # empty: it never returns
+    # empty: it never returns (or only where the object is no module)
+    return frozenset(renamed.get(m, m) for m in flow.exit - {NOT_MODULE}) or frozenset({ENTRY})
 
 
 def _call_items(facts: FileFacts, scope, names: set[str], skip: set[int]) -> list[ModeItem]:
@@ -1118,7 +1120,29 @@ def _run_flow(facts: FileFacts, scope, items: list[ModeItem], entry: str) -> For
     body = facts.tree.body if scope is None else getattr(scope, "body", [])
     if not isinstance(body, list):
         body = []  # a lambda
-    return ForwardFlow(body, frozenset({entry}), effect, before)
+    # `if isinstance(net, nn.Module): net.eval()`: where the test fails, `net` is no module, and
+    # has no mode to be in (the tests are found first: the flow keeps its refine, not the facts)
+    switched = {dotted_name(i.node.func.value) for i in items if isinstance(i.node, ast.Call) and switch_of(i.node) is not None} - {None}
+    guards = {id(c) for c in _module_tests(facts, scope) if dotted_name(c.args[0]) in switched}
+    refine = InstanceTests(lambda test: id(test) in guards, lambda state: state, lambda state: frozenset({NOT_MODULE})) if guards else None
+    # `if i == len(steps) - 1: model.eval(); validate(model)` ends the epoch: no step follows
+    last = facts.memo(("module_mode.last_iteration", id(scope)), lambda: last_iteration_ifs(body))
+    return ForwardFlow(body, frozenset({entry}), effect, before, refine=refine, last_iteration=last)
+
+
+def _module_tests(facts: FileFacts, scope) -> list[ast.Call]:
+    """``scope``'s own `isinstance(x, nn.Module)` calls (or with a tuple holding nn.Module)."""
+
+    def compute():
+        found = []
+        for call in facts.calls_in(scope):
+            if isinstance(call.func, ast.Name) and call.func.id == "isinstance" and len(call.args) == 2:
+                kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
+                if any(facts.qualname(k) in _MODULE_CLASS for k in kinds):
+                    found.append(call)
+        return found
+
+    return facts.memo(("module_mode.module_tests", id(scope)), compute)
 
 
 def modes_at(facts: FileFacts, scope, point: ast.AST, items: list[ModeItem], entry: str = ENTRY) -> frozenset:
@@ -1129,7 +1153,7 @@ def modes_at(facts: FileFacts, scope, point: ast.AST, items: list[ModeItem], ent
     stmt = innermost_statement(facts.parents, point)
     if stmt is None or id(stmt) not in flow.at:
         return frozenset({entry})
-    state = flow.at[id(stmt)]
+    state = flow.at[id(stmt)] - {NOT_MODULE}  # a path where it is no module asks nothing of its mode
     if stmt is point:
         return state
     for item in items:  # what the same statement does before ``point``
@@ -1316,8 +1340,10 @@ def module_sensitivity(facts: FileFacts, module: str, at: ast.AST, attr: str | N
 def _reaching_bindings(facts: FileFacts, module: str, at: ast.AST) -> frozenset[ast.stmt] | None:
     """The assignments of the plain name ``module`` that reach its read in ``at`` (through
     rebindings to itself: `net = torch.compile(net)` holds what reached its own read), when
-    ``at`` is in the scope that binds it and every reaching binding is an assignment; None
-    otherwise (a parameter, a loop target, a global read in a function: any binding may hold)."""
+    ``at`` is in the scope that binds it and every reaching binding is an assignment, or, for a
+    global read in a function, the module's bindings a call of a def may see
+    (:func:`~gradfix.analysis.provenance.module_definitions`); None otherwise (a parameter, a
+    loop target, a global some function rebinds: any binding may hold)."""
     if "." in module or module in ("self", "cls"):
         return None
     return facts.memo(("module_mode.reaching_bindings", module, id(at)), lambda: _reaching_assignments(facts, module, at))
@@ -1325,14 +1351,21 @@ def _reaching_bindings(facts: FileFacts, module: str, at: ast.AST) -> frozenset[
 
 def _reaching_assignments(facts: FileFacts, module: str, at: ast.AST) -> frozenset[ast.stmt] | None:
     scope = _binding_scope(facts, module, at)
+    first = None
     if facts.function_of.get(at) is not scope:
-        return None
+        # a global read in a def: the module's bindings that a call of a def may see
+        first = module_definitions(facts, module) if scope is None else None
+        if first is None:
+            return None
     reaching = reaching_definitions(facts, scope).reaching
     found, todo, seen = set(), [at], set()
     while todo:
         node = todo.pop()
-        read = _first_read(node, module)
-        definitions = reaching.get(read) if read is not None else None
+        if first is not None:
+            definitions, first = first, None
+        else:
+            read = _first_read(node, module)
+            definitions = reaching.get(read) if read is not None else None
         if not definitions or any(d.kind != "assign" for d in definitions):
             return None
         for d in definitions:

@@ -558,7 +558,7 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
             and node.func.attr in KEEPING_METHODS
             and not facts.qualname(node.func)  # a method, not `torch.transpose(..)`
         ):
-            if node.func.attr in ("fill_", "bernoulli_") and not all(isinstance(a, ast.Constant) for a in node.args):
+            if node.func.attr in ("fill_", "bernoulli_") and not all(_number(facts, a) for a in node.args):
                 return None  # a tensor fill value (or probability) may need grad
             node = node.func.value
             continue
@@ -636,6 +636,14 @@ def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
     return weakest if weakest.kind in (BATCH, ASSUMED) else Origin(COMPUTED)
 
 
+def _number(facts: FileFacts, node: ast.AST) -> bool:
+    """A literal, or an expression that is surely a Python int (``T - 1`` after ``N, T =
+    x.size()``): no tensor, so it cannot carry a graph."""
+    from gradfix.analysis.regions import integer_valued  # regions builds on this module
+
+    return isinstance(node, ast.Constant) or integer_valued(facts, node)
+
+
 def _constant(node: ast.AST) -> bool:
     """A literal number, string, bool or None, or a tuple of those (a size, a dim)."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -700,18 +708,38 @@ def _module_definitions(facts, name: ast.Name) -> frozenset[Definition] | None:
     the name ``global`` (it may rebind it), or some code of the file may make the object
     require grad (``w.requires_grad_()``, ``w.requires_grad = True``)."""
     func = facts.function_of.get(name)
-    if func is None or name.id in facts.declared_global:
+    if func is None:
         return None
     if any(name.id in facts.scope_of_node[f].locals or name.id in facts.scope_of_node[f].imports for f in (func, *facts.enclosing_functions(func))):
         return None
+    found = module_definitions(facts, name.id)
+    if found is None or _made_to_require_grad(facts, name.id):
+        return None
+    return found
+
+
+def module_definitions(facts: FileFacts, name: str) -> frozenset[Definition] | None:
+    """The module-level bindings of ``name`` that code in a def may see: those at the module's
+    end and wherever a module-level statement calls a def of the file (a notebook's
+    `def accuracy(x): .. model(x)` run right after `model = nn.Sequential(..)`). None: the
+    module does not bind it, binds it in a way not followed, or a function declares it
+    ``global`` (and may rebind it)."""
     module = reaching_definitions(facts, None)
-    if module.exit is None or name.id not in module.exit:
+    if name in facts.declared_global or module.exit is None or name not in module.exit:
         return None
-    found = set(module.exit[name.id])
+    found = seen_by_calls(facts, name)
+    return None if UNKNOWN in found else found
+
+
+def seen_by_calls(facts: FileFacts, name: str) -> frozenset[Definition]:
+    """What the module leaves ``name`` bound to, and what it is bound to wherever a module-level
+    statement calls a def of the file (whose code may run a def that reads it then): UNKNOWN
+    where the module leaves it unbound (module level only; a module that always raises leaves
+    nothing)."""
+    module = reaching_definitions(facts, None)
+    found = set(module.exit.get(name, frozenset({UNKNOWN}))) if module.exit is not None else set()
     for state in module.entries:
-        found |= state.get(name.id, frozenset())
-    if UNKNOWN in found or _made_to_require_grad(facts, name.id):
-        return None
+        found |= state.get(name, frozenset())
     return frozenset(found)
 
 

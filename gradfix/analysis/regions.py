@@ -493,7 +493,9 @@ def _integer_name(facts, name: ast.Name, seen: frozenset) -> bool:
     for node in ast.walk(func):
         if isinstance(node, ast.Name) and node.id == name.id and not isinstance(node.ctx, ast.Load):
             binder = facts.parents.get(node)
-            if isinstance(binder, ast.Assign) and node in binder.targets:
+            if isinstance(binder, ast.Tuple) and isinstance(facts.parents.get(binder), ast.Assign):
+                ok = _sizes(facts.parents[binder].value)  # `N, T = x.size()`
+            elif isinstance(binder, ast.Assign) and node in binder.targets:
                 ok = integer_valued(facts, binder.value, seen)
             elif isinstance(binder, ast.AugAssign):
                 ok = integer_valued(facts, binder.value, seen)
@@ -503,6 +505,13 @@ def _integer_name(facts, name: ast.Name, seen: frozenset) -> bool:
                 return False
             bound = True
     return bound
+
+
+def _sizes(value: ast.AST) -> bool:
+    """``x.size()`` / ``x.shape``: a tuple of ints."""
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "size":
+        return not value.args and not value.keywords
+    return isinstance(value, ast.Attribute) and value.attr == "shape"
 
 
 def header_records_no_graph(facts, stmt: ast.stmt) -> bool:

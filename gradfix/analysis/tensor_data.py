@@ -20,9 +20,10 @@ stops. Three facts say a ``.data`` is not known to be torch's:
 from __future__ import annotations
 
 import ast
+import re
 
 from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
-from gradfix.facts import FileFacts
+from gradfix.facts import FileFacts, dotted_name
 
 _TORCH_TENSOR_BASES = ("torch.",)
 # Libraries whose objects have a ``.data`` of their own (a feature mapping, a values array, a
@@ -297,3 +298,20 @@ def parameter_attributes(facts: FileFacts, cls: ast.ClassDef | None) -> frozense
         return frozenset(found)
 
     return facts.memo(("tensor_data.parameter_attributes", cls), compute)
+
+
+_LAZY_MODULE = re.compile(r"^torch\.nn\.(modules\.[\w.]+\.)?Lazy\w+$")
+
+
+def lazy_parameter(facts: FileFacts, tensor: ast.expr) -> bool:
+    """``tensor`` (``self.net.weight``) is a parameter of a module the file builds as a torch
+    lazy module (``self.net = nn.LazyLinear(1)``): an ``UninitializedParameter`` until the first
+    forward. Writing it through ``.data`` does nothing; writing it under ``no_grad`` (or with
+    ``torch.nn.init``) raises ValueError (pinned in tests/facts/test_gf304_facts.py)."""
+    if not isinstance(tensor, ast.Attribute):
+        return False
+    owner = dotted_name(tensor.value)
+    return owner is not None and any(
+        isinstance(a.value, ast.Call) and _LAZY_MODULE.match(facts.call_qualname(a.value) or "")
+        for a in facts.assignments_to(owner)
+    )

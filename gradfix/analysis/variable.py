@@ -141,6 +141,16 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
             f"the loader batch `{_root_name(data)}`",
             "assumes the batch needs no grad",
         )
+    if where is not None and where.kind == BATCH and (where.holder is None or sole_holder(facts, where.holder)):
+        # `Variable(data, flag)`: the batch itself is flagged, as nothing else holds it
+        return Rewrite(
+            "requires_grad",
+            f"{receiver}.requires_grad_({wanted_flag})",
+            FixSafety.UNSAFE,
+            data,
+            f"the loader batch `{_root_name(data)}`",
+            "assumes the batch needs no grad",
+        )
     text = f"{receiver}.detach()"
     if flag is not None and (exact or literal is not False):
         text += f".requires_grad_({flag_text(facts, flag) if exact else wanted_flag})"

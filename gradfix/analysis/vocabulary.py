@@ -483,13 +483,15 @@ def parameter_free_loss_class(qualname: str) -> bool:
 # -- code for another torch version -------------------------------------------------------------
 
 #: Names that hold torch's version by convention (`TORCH_VERSION`, `torch_ver`).
-_VERSION_NAME = re.compile(r"^_?(torch|pt|pytorch)_?(version|ver)(_info)?$", re.I)
+# `TORCH_VERSION`, `torch_ver`, `cfg.PYTORCH_VERSION_LESS_THAN_040`, `TORCH_VERSION_GE_1_5`
+_VERSION_NAME = re.compile(r"^_?(torch|pt|pytorch)_?(version|ver)(_\w*)?$", re.I)
 
 
 def in_torch_version_branch(facts: FileFacts, node: ast.AST) -> bool:
     """Whether ``node`` lies in a branch of an ``if`` (or conditional expression) whose test
     reads torch's version: ``torch.__version__``, a name bound from an expression that reads it
-    (``version = torch.__version__``), or a name like ``TORCH_VERSION``. Such code is written
+    (``version = torch.__version__``), or a name or attribute like ``TORCH_VERSION``
+    (``cfg.PYTORCH_VERSION_LESS_THAN_040``, a flag a config module sets from the version). Such code is written
     for the torch its branch selects (``else:  # torch 0.3`` beside the 0.4 code): legacy API in
     it is the author's compatibility, not a bug on the torch that runs it."""
     child, parent = node, facts.parents.get(node)
@@ -507,6 +509,8 @@ def _reads_torch_version(facts: FileFacts, test: ast.AST) -> bool:
 def _reads_version(facts: FileFacts, expr: ast.AST, depth: int) -> bool:
     for node in ast.walk(expr):
         if isinstance(node, ast.Attribute) and node.attr in ("__version__", "version") and facts.qualname(node.value) == "torch":
+            return True
+        if isinstance(node, ast.Attribute) and _VERSION_NAME.match(node.attr):  # a config flag
             return True
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if _VERSION_NAME.match(node.id):

@@ -9,6 +9,7 @@ from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
     all_train_at,
+    train_at,
     another_functions_object,
     built_here,
     constructed,
@@ -398,7 +399,9 @@ class TrainWithoutTrainMode(Rule):
             if plan.outcome == "insert" and built and pos(built[0]) >= pos(plan.target):
                 plan = Plan("nofix")  # `.train()` there would run before the module exists
             plan = past_bindings(facts, scope, plan, module, uses)
-            first = min(uses, key=pos)
+            # where it shows: the first step that may run in eval mode (a notebook's first
+            # training loop may be fine, a later one not)
+            first = min((u for u in uses if not train_at(facts, scope, u, items, fresh)), key=pos, default=min(uses, key=pos))
             if frozen or plan.outcome == "nofix":
                 key = ("nofix", module)
             else:

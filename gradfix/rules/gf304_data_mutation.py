@@ -10,7 +10,7 @@ from gradfix.lazy import cst
 from gradfix.model import FixSafety
 from gradfix.analysis.insertion import joinable_statement, plan_no_grad
 from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
-from gradfix.analysis.tensor_data import grads_may_require_grad, manages_storage, may_be_torch_data, parameter_attributes
+from gradfix.analysis.tensor_data import grads_may_require_grad, lazy_parameter, manages_storage, may_be_torch_data, parameter_attributes
 from gradfix.analysis.vocabulary import STORAGE_VIEWS, closure_evaluation, optimizer_state, owner_class
 from gradfix.analysis.regions import builds_torch_module, header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
 from gradfix.analysis.statements import (
@@ -51,6 +51,7 @@ _PARAM_SOURCE = re.compile(r"param|weight|buffers\(|state_dict\(")
 _NOT_A_TENSOR = re.compile(r"^(self|cls)$|data|set$|batch|packed|loader|sample|record", re.IGNORECASE)
 
 
+_LAZY_REASON = "a lazy module's parameter is uninitialised until its first forward: written without `.data`, it raises"
 _STORAGE_REASON = "the function manages the memory behind `.data`: a write autograd sees could make backward raise"
 
 
@@ -1195,6 +1196,12 @@ class DataMutation(Rule):
                 if _in_forward(facts, func):
                     yield self.report(facts, stmt, self._message(receiver), no_fix=_FORWARD_REASON)
                     continue
+                if lazy_parameter(facts, attr.value):
+                    yield self.report(facts, stmt, self._message(receiver), no_fix=_LAZY_REASON)
+                    continue
+                if _in_place_method(facts, stmt, attr) == "":
+                    yield self.report(facts, stmt, self._message(receiver), no_fix=_OUTER_NAME_REASON)
+                    continue
                 if kind == "param" and not disabled and wrappable and not factory:
                     if not _suppressed(self.report(facts, stmt, ""), facts.lines):
                         to_wrap.append((stmt, attr))
@@ -1210,7 +1217,7 @@ class DataMutation(Rule):
                     no_fix="a factory's `out=` on the tensor itself would clear its `requires_grad`" if factory else None,
                     fix=fixable,
                     fix_title="Drop `.data` (already in a grad-disabled region)",
-                    data=("drop", facts.span(attr)) if fixable else None,
+                    data=("drop", facts.span(attr), _in_place_method(facts, stmt, attr)) if fixable else None,
                 )
         yield from self._runs(facts, to_wrap)
 
@@ -1327,7 +1334,7 @@ class DataMutation(Rule):
             stmt,
             self._message(facts.segment(attr.value)),
             fix_title="Drop `.data`: a `.grad` does not require grad, no `no_grad` needed",
-            data=("drop", facts.span(attr)),
+            data=("drop", facts.span(attr), _in_place_method(facts, stmt, attr)),
         )
 
     def _finding(self, facts, run, where, title):
@@ -1337,7 +1344,8 @@ class DataMutation(Rule):
         if len(run) > 1:
             message += f" ({len(run)} writes, lines {first.lineno}-{run[-1][0].end_lineno})"
         attrs = tuple(facts.span(a) for stmt, attr in run for a in (attr, *_data_reads(facts, stmt, attr)))
-        return self.report(facts, first, message, fix_title=title, data=(*where, attrs))
+        methods = tuple((facts.span(attr), m) for stmt, attr in run if (m := _in_place_method(facts, stmt, attr)))
+        return self.report(facts, first, message, fix_title=title, data=(*where, attrs, methods))
 
     @staticmethod
     def _message(receiver: str) -> str:
@@ -1350,10 +1358,14 @@ class DataMutation(Rule):
 
         mode, *where = finding.data
         if mode == "drop":
-            attr = ctx.node_at(where[0], cst.Attribute)
+            span, method = where
+            attr = ctx.node_at(span, cst.Attribute)
+            if method:
+                aug = ctx.parent(attr)
+                return [Edit(aug, _method_call(attr.value, method, aug.value))]
             return [Edit(attr, attr.value)]
         if mode == "init":
-            span, function, prefix, _ = where
+            span, function, prefix, _, _ = where
             stmt = ctx.node_at(span, cst.SimpleStatementLine)
             expr = stmt.body[0]
             call = expr.value
@@ -1363,10 +1375,11 @@ class DataMutation(Rule):
             if call.args:  # `normal_(0, 0.02)` -> `normal_(w, 0, 0.02)`: a comma after the tensor
                 new_call = new_call.with_changes(args=[cst.Arg(tensor, comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), *call.args])
             return [Edit(call, new_call)]
-        spans, kept_spans, attr_spans = where
+        spans, kept_spans, attr_spans, method_spans = where
         targets = {ctx.node_at(s, cst.Attribute) for s in attr_spans}
         kept = {ctx.node_at(s, cst.BaseStatement): lambda stmt: grad_with(ctx, "enable_grad", [stmt]) for s in kept_spans}
-        rewrite = _rewrite(targets, kept)
+        methods = {ctx.node_at(s, cst.Attribute): m for s, m in method_spans}
+        rewrite = _rewrite(targets, kept, methods)
         if mode == "decorate":
             return decorate_with_no_grad(ctx, spans, lambda s: s.visit(rewrite))
         return wrap_in_no_grad(ctx, spans, lambda s: s.visit(rewrite))
@@ -1451,18 +1464,46 @@ def _returns_unchanged(facts, func, stmt: ast.stmt) -> bool:
     )
 
 
-def _rewrite(targets, wrap=None):
+def _rewrite(targets, wrap=None, methods=None):
     """A transformer that rewrites ``X.data`` -> ``X`` for the given original ``Attribute``
-    nodes and replaces each statement in ``wrap`` (original node -> builder) by what its builder
-    makes of it (the class is built on first use: libcst loads lazily)."""
+    nodes (``w.data -= v`` -> ``w.sub_(v)`` for those in ``methods``, see
+    :func:`_in_place_method`) and replaces each statement in ``wrap`` (original node -> builder)
+    by what its builder makes of it (the class is built on first use: libcst loads lazily)."""
     wrap = wrap or {}
+    methods = methods or {}
 
     class Rewrite(cst.CSTTransformer):
         def leave_Attribute(self, original_node, updated_node):
             return updated_node.value if original_node in targets else updated_node
+
+        def leave_AugAssign(self, original_node, updated_node):
+            method = methods.get(original_node.target)
+            return _method_call(updated_node.target, method, updated_node.value) if method else updated_node
 
         def leave_SimpleStatementLine(self, original_node, updated_node):
             build = wrap.get(original_node)
             return build(updated_node) if build else updated_node
 
     return Rewrite()
+
+
+# `w.data -= v` -> `w.sub_(v)`: the in-place method of each augmented assignment
+_AUG_METHODS = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_", ast.Pow: "pow_"}
+_OUTER_NAME_REASON = "without `.data` the assignment would bind a local name in place of the outer tensor"
+
+
+def _in_place_method(facts, stmt: ast.stmt, attr: ast.Attribute) -> str | None:
+    """For ``w.data -= v`` in a function where ``w`` is not its own name (a global, a name of
+    an enclosing function): the tensor method that updates ``w`` in place (``sub_``), as
+    ``w -= v`` there would make ``w`` local and raise UnboundLocalError; "" when the operator
+    has none; None for any other write."""
+    if not (isinstance(stmt, ast.AugAssign) and stmt.target is attr and isinstance(attr.value, ast.Name)):
+        return None
+    func = facts.function_of.get(stmt)
+    if func is None or isinstance(func, ast.Lambda) or attr.value.id in facts.scope_of_node[func].locals:
+        return None
+    return _AUG_METHODS.get(type(stmt.op), "")
+
+
+def _method_call(tensor, method: str, value) -> "cst.Expr":
+    return cst.Expr(cst.Call(func=cst.Attribute(value=tensor, attr=cst.Name(method)), args=[cst.Arg(value)]))

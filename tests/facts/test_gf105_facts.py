@@ -251,7 +251,8 @@ def test_no_train_call_is_planned_before_the_module_exists():
         "        net(xb).sum().backward()\n        opt.step()\n"
     )
     assert _gf105(code) == (
-        [(6, 8, "`fit` may train `net` in eval mode: `net.eval()` (line 8) is not undone before every step", _NO_PLACE)],
+        # reported at the step that runs in eval mode: the second loop's
+        [(11, 8, "`fit` may train `net` in eval mode: `net.eval()` (line 8) is not undone before every step", _NO_PLACE)],
         code,
     )
 

@@ -323,3 +323,16 @@ def test_a_storage_view_of_data_writes_the_parameter_and_so_does_it_under_no_gra
         _VIEW_CALLS[method](through_no_grad).fill_(0)
     assert (through_data == 0).any() and torch.equal(through_data.detach(), through_no_grad.detach())
     assert through_no_grad.requires_grad and through_no_grad.is_leaf
+
+
+def test_a_lazy_modules_parameter_takes_a_data_write_but_raises_on_a_real_one():
+    # `self.net = nn.LazyLinear(1); self.net.weight.data.normal_(..)` (d2l): the `.data` write
+    # runs (on an uninitialised parameter, it writes nothing); the same write under no_grad, or
+    # with torch.nn.init, raises ValueError. GF304 reports such a write without a fix.
+    m = torch.nn.LazyLinear(1)
+    m.weight.data.normal_(0, 0.01)
+    m.bias.data.fill_(0)
+    with torch.no_grad(), pytest.raises(ValueError, match="uninitialized parameter"):
+        m.weight.normal_(0, 0.01)
+    with pytest.raises(ValueError, match="uninitialized parameter"):
+        torch.nn.init.zeros_(m.bias)
