@@ -75,6 +75,41 @@ def callers(facts: FileFacts, func) -> list[ast.Call]:
     return _callers(facts).get(func, [])
 
 
+def running_defs(facts: FileFacts, func) -> frozenset | None:
+    """The defs of the file whose run may run ``func`` (itself included), followed through the
+    calls that name it and the defs around those calls; None when something else may run it:
+    a method, a decorated def, a lambda, or a def named other than as what a call calls (handed
+    on as a callback, stored, returned)."""
+    return facts.memo(("calls.running_defs", id(func)), lambda: _running_defs(facts, func))
+
+
+def _running_defs(facts: FileFacts, func) -> frozenset | None:
+    escaping = facts.memo(("calls.escaping_names",), lambda: _escaping_names(facts))
+    seen, todo = set(), [func]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        if not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) or f.decorator_list or f.name in escaping:
+            return None
+        if owner_class(facts, f) is not None:
+            return None
+        seen.add(f)
+        todo.extend(c for call in callers(facts, f) if (c := facts.function_of.get(call)) is not None)
+    return frozenset(seen)
+
+
+def _escaping_names(facts: FileFacts) -> frozenset[str]:
+    """Names read other than as what a call calls (`train(model, evaluate)`, `fn = evaluate`)."""
+    out = set()
+    for node in ast.walk(facts.tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            parent = facts.parents.get(node)
+            if not (isinstance(parent, ast.Call) and parent.func is node):
+                out.add(node.id)
+    return frozenset(out)
+
+
 def outside_callers(facts: FileFacts, func) -> list[ast.Call]:
     """:func:`callers` of ``func`` other than its own code's (a recursive call hands it
     what it already has)."""

@@ -1354,7 +1354,7 @@ def _reaching_assignments(facts: FileFacts, module: str, at: ast.AST) -> frozens
     first = None
     if facts.function_of.get(at) is not scope:
         # a global read in a def: the module's bindings that a call of a def may see
-        first = module_definitions(facts, module) if scope is None else None
+        first = module_definitions(facts, module, facts.function_of.get(at)) if scope is None else None
         if first is None:
             return None
     reaching = reaching_definitions(facts, scope).reaching

@@ -129,9 +129,9 @@ class ReachingDefinitions:
         self.bound: dict[ast.Name, frozenset[Definition]] = {}
         self.exit: dict[str, frozenset[Definition]] | None = None
         self.unbound: set[ast.Name] = set()  # reads that no path to them binds the name for
-        # At module level, the states in which a statement calls a def of the file: the code of
-        # that def (and of what it calls) runs then, before the module's end.
-        self.entries: list[dict] = []
+        # At module level, the statements that call a def of the file, each with the state it
+        # runs in: the code of that def (and of what it calls) runs then, before the module's end.
+        self.entries: list[tuple[ast.stmt, dict]] = []
         self.previous_reads: dict[ast.Name, frozenset[ast.Name]] = {}
         self.augmented: dict[ast.AugAssign, frozenset[Definition]] = {}
         self._loops: list[tuple[list, list]] = []
@@ -149,7 +149,7 @@ class ReachingDefinitions:
             if state is None:
                 return None  # unreachable after return/raise/break/continue
             if self.func is None and _calls_a_def(stmt, state):
-                self.entries.append({name: defs for name, (defs, _) in state.items()})
+                self.entries.append((stmt, {name: defs for name, (defs, _) in state.items()}))
             state = self._statement(stmt, state)
         return state
 
@@ -712,35 +712,54 @@ def _module_definitions(facts, name: ast.Name) -> frozenset[Definition] | None:
         return None
     if any(name.id in facts.scope_of_node[f].locals or name.id in facts.scope_of_node[f].imports for f in (func, *facts.enclosing_functions(func))):
         return None
-    found = module_definitions(facts, name.id)
+    found = module_definitions(facts, name.id, func)
     if found is None or _made_to_require_grad(facts, name.id):
         return None
     return found
 
 
-def module_definitions(facts: FileFacts, name: str) -> frozenset[Definition] | None:
-    """The module-level bindings of ``name`` that code in a def may see: those at the module's
-    end and wherever a module-level statement calls a def of the file (a notebook's
-    `def accuracy(x): .. model(x)` run right after `model = nn.Sequential(..)`). None: the
-    module does not bind it, binds it in a way not followed, or a function declares it
-    ``global`` (and may rebind it)."""
+def module_definitions(facts: FileFacts, name: str, reader=None) -> frozenset[Definition] | None:
+    """The module-level bindings of ``name`` that code in a def (``reader``) may see: those at
+    the module's end and wherever a module-level statement runs that def (a notebook's `def
+    accuracy(x): .. model(x)` run right after `model = nn.Sequential(..)`). None: the module
+    does not bind it, binds it in a way not followed, or a function declares it ``global`` (and
+    may rebind it)."""
     module = reaching_definitions(facts, None)
     if name in facts.declared_global or module.exit is None or name not in module.exit:
         return None
-    found = seen_by_calls(facts, name)
+    found = seen_by_calls(facts, name, reader)
     return None if UNKNOWN in found else found
 
 
-def seen_by_calls(facts: FileFacts, name: str) -> frozenset[Definition]:
+def seen_by_calls(facts: FileFacts, name: str, reader=None) -> frozenset[Definition]:
     """What the module leaves ``name`` bound to, and what it is bound to wherever a module-level
-    statement calls a def of the file (whose code may run a def that reads it then): UNKNOWN
-    where the module leaves it unbound (module level only; a module that always raises leaves
+    statement calls a def of the file whose code may run ``reader`` then (any def when
+    ``reader`` is None, or when :func:`~gradfix.analysis.calls.running_defs` cannot tell what
+    runs it): UNKNOWN where the module leaves it unbound (a module that always raises leaves
     nothing)."""
+    from gradfix.analysis.calls import callees, running_defs  # calls builds on this module
+
     module = reaching_definitions(facts, None)
     found = set(module.exit.get(name, frozenset({UNKNOWN}))) if module.exit is not None else set()
-    for state in module.entries:
+    runners = running_defs(facts, reader) if reader is not None else None
+    for stmt, state in module.entries:
+        if runners is not None and not any(set(callees(facts, c).defs) & runners for c in _own_calls(stmt)):
+            continue  # what this statement calls never runs ``reader``
         found |= state.get(name, frozenset())
     return frozenset(found)
+
+
+def _own_calls(stmt: ast.stmt) -> list[ast.Call]:
+    """The calls of ``stmt`` itself (not of the statements in its body or of nested scopes)."""
+    out, todo = [], [stmt]
+    while todo:
+        node = todo.pop()
+        if node is not stmt and isinstance(node, (ast.stmt, *_SCOPES)):
+            continue
+        if isinstance(node, ast.Call):
+            out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _made_to_require_grad(facts, name: str) -> bool:

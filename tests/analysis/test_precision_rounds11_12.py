@@ -501,3 +501,19 @@ def test_a_global_read_in_a_def_is_what_the_module_binds_when_defs_run():
     # a later binding the def may also see counts too (a call after it runs the def again)
     later = NOTEBOOK_GLOBAL + "model = nn.Sequential(nn.Linear(3, 1), nn.Dropout())\nprint(accuracy(X))\n"
     assert [f.code for f in check(later, settings=GF104)] == ["GF104"]
+
+
+def test_only_the_bindings_in_force_when_a_def_runs_count():
+    # an earlier cell's `model` (with dropout, in train mode) is not what the helper sees:
+    # nothing calls it before the mode-free `model` of its own cell is bound
+    earlier = (
+        "from torch import nn\n"
+        "model = nn.Sequential(nn.Linear(3, 1), nn.Dropout())\n"
+        "def saliency(x):\n    return model(x)\n"
+        "saliency(X)\n"
+    )
+    assert check(earlier + NOTEBOOK_GLOBAL, settings=GF104) == []
+    # handed on as a callback, the helper may run anywhere: every binding counts again
+    escaping = earlier + NOTEBOOK_GLOBAL + "run_later(accuracy)\n"
+    escaping = escaping.replace("saliency(X)\n", "saliency(X)\nrun(accuracy)\n")
+    assert [f.code for f in check(escaping, settings=GF104)] == ["GF104"]
