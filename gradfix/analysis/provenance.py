@@ -91,7 +91,7 @@ class Origin:
     value is held by a local name, that name's read (``holder``) and where it was bound."""
 
     kind: str
-    holder: ast.Name | None = None
+    holder: ast.Name | ast.Attribute | None = None  # a local or global name, or `self.x`
     line: int | None = None
 
 
@@ -565,6 +565,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         break
     if isinstance(node, ast.Name):
         return _name_origin(facts, node, seen, depth, conv)
+    if isinstance(node, ast.Attribute) and conv is None and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return _self_attribute_origin(facts, node, seen, depth)
     if isinstance(node, (ast.Subscript, ast.Attribute)):
         inner = _origin(facts, node.value, seen, depth + 1, conv)
         if inner is None:
@@ -763,14 +765,89 @@ def _own_calls(stmt: ast.stmt) -> list[ast.Call]:
 
 
 def _made_to_require_grad(facts, name: str) -> bool:
+    """Some read of the name ``name`` in the file may make its object carry a graph (see
+    :func:`_keeps_grad_free`: ``w.requires_grad_()``, ``w.copy_(h)``, handed to code
+    gradfix does not follow)."""
+
     def compute() -> bool:
-        for node in ast.walk(facts.tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == name:
-                if node.attr in _LEAF_CHANGERS or node.attr == "requires_grad" and not isinstance(node.ctx, ast.Load):
-                    return True
-        return False
+        return not all(
+            _keeps_grad_free(facts, node)
+            for node in ast.walk(facts.tree)
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load)
+        )
 
     return facts.memo(("provenance.made_to_require_grad", name), compute)
+
+
+def _self_attribute_origin(facts, node: ast.Attribute, seen, depth) -> Origin | None:
+    """``self.grid`` in a method: what every assignment of it in the class binds (each
+    ``self.x = ...`` of the class; ``self.x = Variable(self.x)`` adds nothing), when no other
+    code of the file assigns an attribute of that name and nothing can make the object carry a
+    graph (:func:`_keeps_grad_free`); None otherwise."""
+    cls = facts.parents.get(node)
+    while cls is not None and not isinstance(cls, ast.ClassDef):
+        cls = facts.parents.get(cls)
+    if cls is None:
+        return None
+    key = ("self", id(cls), node.attr)
+    if key in seen:
+        return Origin(DETACHED)  # its own earlier value: what the other assignments bind
+    stores, reads = facts.memo(("provenance.self_attribute", id(cls), node.attr), lambda: _self_attribute_uses(facts, cls, node.attr))
+    if not stores or stores is None:
+        return None
+    parts = []
+    for store in stores:
+        assign = facts.parents.get(store)
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and assign.targets[0] is store):
+            return None  # `self.a, self.b = ..`, `self.x += ..`, a loop target: not followed
+        parts.append(_origin(facts, assign.value, seen | {key}, depth + 1))
+    found = _combine(parts)
+    if found is None or found.kind not in PROVEN:
+        return None
+    if not all(read is node or _keeps_grad_free(facts, read) for read in reads):
+        return None
+    return Origin(found.kind, node, node.lineno)
+
+
+def _self_attribute_uses(facts, cls: ast.ClassDef, attr: str):
+    """The stores and the other reads of ``self.<attr>`` in ``cls``; (None, ()) when other code
+    of the file may store it too: ``obj.grid = ..``, or ``self.grid = ..`` in a class that
+    names ``cls`` as a base or that ``cls`` names as one (another class's ``self`` is another
+    object)."""
+    stores, reads = [], []
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.value, ast.Name) and node.value.id == "self":
+            (reads if isinstance(node.ctx, ast.Load) else stores).append(node)
+    related = {cls.name, *(dotted_name(b) for b in cls.bases)}
+    for other in facts.nodes_of(ast.ClassDef):
+        if other is not cls and (other.name in related or cls.name in {dotted_name(b) for b in other.bases}):
+            related.add(id(other))
+    for n in ast.walk(facts.tree):
+        if not (isinstance(n, ast.Attribute) and n.attr == attr and not isinstance(n.ctx, ast.Load)) or n in stores:
+            continue
+        owner = facts.parents.get(n)
+        while owner is not None and not isinstance(owner, ast.ClassDef):
+            owner = facts.parents.get(owner)
+        self_store = isinstance(n.value, ast.Name) and n.value.id == "self" and owner is not None
+        if not self_store or id(owner) in related:
+            return None, ()
+    return stores, reads
+
+
+def _keeps_grad_free(facts, read: ast.expr) -> bool:
+    """A read of a value that cannot make it carry a graph: a harmless read
+    (:func:`_harmless_read`), or the argument of a legacy ``Variable(..)`` that asks for no
+    ``requires_grad`` (it makes an alias, and leaves the object as it is)."""
+    if _harmless_read(facts, read):
+        return True
+    call = facts.parents.get(read)
+    return (
+        isinstance(call, ast.Call)
+        and call.args[:1] == [read]
+        and facts.call_qualname(call) == VARIABLE
+        and len(call.args) == 1
+        and all(k.arg != "requires_grad" for k in call.keywords)
+    )
 
 
 def _parameter_origin(facts, func, name: ast.Name, seen, depth) -> Origin | None:
@@ -897,16 +974,18 @@ _HARMLESS_BUILTINS = frozenset({"print", "len", "isinstance", "type", "str", "re
 _LEAF_CHANGERS = frozenset({"requires_grad_", "retain_grad", "register_hook", "set_", "share_memory_"})
 
 
-def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
+def sole_holder(facts: FileFacts, read: ast.Name | ast.Attribute) -> bool:
     """Whether a ``Variable(..)`` call wrapping the value that the name ``read`` holds may
     become that value itself: see the module docstring."""
+    if isinstance(read, ast.Attribute):  # `self.grid`: see _self_attribute_origin
+        return _shared_sole_holder(facts, read)
     func = facts.function_of.get(read)
     if isinstance(func, ast.Lambda):
         return False
     flow = reaching_definitions(facts, func, reads=True)
     definitions = flow.reaching.get(read, frozenset())
     if definitions == {UNKNOWN} and _module_definitions(facts, read) is not None:
-        return _global_sole_holder(facts, read)
+        return _shared_sole_holder(facts, read)
     if not definitions or any(d.kind in ("unknown", "def") for d in definitions):
         return False
     if read in flow.previous_reads.get(read, ()):
@@ -928,22 +1007,21 @@ def sole_holder(facts: FileFacts, read: ast.Name) -> bool:
     return True
 
 
-def _global_sole_holder(facts: FileFacts, read: ast.Name) -> bool:
-    """A module-level name is seen by every function of the file: ``Variable(g)`` may become
-    ``g`` when it asks no ``requires_grad``, what it hands its value to cannot make it require
-    grad, and neither can any other read of ``g`` in the file (``vgg_mean.type(t.type())``)."""
+def _shared_sole_holder(facts: FileFacts, read: ast.expr) -> bool:
+    """A module-level name or a ``self`` attribute is seen by other code too (its other reads
+    cannot make it carry a graph: :func:`_module_definitions`, :func:`_self_attribute_origin`):
+    ``Variable(g)`` may become ``g`` when it asks no ``requires_grad`` and what it hands its
+    value to cannot make it require grad either (``vgg_mean.type(t.type())``), or when it
+    replaces the value it wraps (``self.grid = Variable(self.grid)``: no alias is left)."""
     call = facts.parents.get(read)
     while isinstance(call, (ast.Attribute, ast.Call)) and facts.call_qualname(call) != VARIABLE:
         call = facts.parents.get(call)  # `Variable(g.cuda())`: the call around the chain
     if not isinstance(call, ast.Call) or len(call.args) != 1 or any(k.arg == "requires_grad" for k in call.keywords):
         return False
-    if not _harmless_read(facts, call):
-        return False
-    return all(
-        _harmless_read(facts, node)
-        for node in ast.walk(facts.tree)
-        if isinstance(node, ast.Name) and node.id == read.id and isinstance(node.ctx, ast.Load) and node is not read
-    )
+    assign = facts.parents.get(call)
+    if isinstance(assign, ast.Assign) and len(assign.targets) == 1 and dotted_name(assign.targets[0]) == dotted_name(read):
+        return dotted_name(read) is not None
+    return _harmless_read(facts, call)
 
 
 def _harmless_read(facts, node: ast.expr) -> bool:

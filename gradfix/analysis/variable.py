@@ -37,7 +37,7 @@ from gradfix.analysis.statements import (
 )
 from gradfix.analysis.toggles import toggles_grad_globally
 from gradfix.analysis.vocabulary import in_torch_version_branch
-from gradfix.facts import main_guard
+from gradfix.facts import dotted_name, main_guard
 from gradfix.model import FixSafety, Span
 # The pre-0.4 signature: Variable(data, requires_grad=False, volatile=False, _grad_fn=None, name=None)
 _POSITIONAL = ("data", "requires_grad", "volatile")
@@ -123,7 +123,7 @@ def plan_rewrite(facts, found: VariableCall, exact: bool = False) -> Rewrite:
     if proven:
         evidence = _EVIDENCE[where.kind]
         if where.holder is not None:
-            evidence = f"`{where.holder.id}`, {evidence} (line {where.line})"
+            evidence = f"`{facts.segment(where.holder)}`, {evidence} (line {where.line})"
         if literal is False:
             return Rewrite("drop", facts.segment(data), FixSafety.SAFE, data, evidence)
         if _takes_requires_grad(facts, data):
@@ -546,8 +546,8 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         target, value = stmt.targets[0], stmt.value
         pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) else [(target, value)]
         if len(pairs) != len(getattr(target, "elts", [target])) or not all(
-            isinstance(t, ast.Name) and isinstance(v, ast.Call) and v in plans and plans[v].kind == "drop"
-            and isinstance(plans[v].data, ast.Name) and plans[v].data.id == t.id
+            isinstance(t, (ast.Name, ast.Attribute)) and isinstance(v, ast.Call) and v in plans and plans[v].kind == "drop"
+            and dotted_name(t) is not None and dotted_name(plans[v].data) == dotted_name(t)
             for t, v in pairs
         ):
             continue

@@ -517,3 +517,39 @@ def test_only_the_bindings_in_force_when_a_def_runs_count():
     escaping = earlier + NOTEBOOK_GLOBAL + "run_later(accuracy)\n"
     escaping = escaping.replace("saliency(X)\n", "saliency(X)\nrun(accuracy)\n")
     assert [f.code for f in check(escaping, settings=GF104)] == ["GF104"]
+
+
+ATTRIBUTE = """\
+import numpy as np
+import torch
+from torch.autograd import Variable
+from torch.nn import Module
+
+class GridGen(Module):
+    def __init__(self, h, w):
+        super().__init__()
+        self.grid = torch.from_numpy(np.zeros([h, w, 3], dtype=np.float32))
+
+    def forward(self, x):
+        self.batchgrid = torch.zeros(torch.Size([x.size(0)]) + self.grid.size())
+        for i in range(x.size(0)):
+            self.batchgrid[i] = self.grid
+        self.batchgrid = Variable(self.batchgrid)
+        return torch.bmm(self.batchgrid.view(x.size(0), -1, 3), x)
+"""
+
+
+def test_an_attribute_every_assignment_of_its_class_builds_fresh_is_fresh():
+    # Detectron's grid generators: `self.batchgrid = Variable(self.batchgrid)` goes whole
+    fixed = _fix(ATTRIBUTE, GF402)
+    assert "Variable" not in fixed and "self.batchgrid = self.batchgrid" not in fixed
+    assert "            self.batchgrid[i] = self.grid\n        return torch.bmm(" in fixed
+
+
+def test_an_attribute_written_with_a_tensor_that_may_carry_a_graph_is_not_fresh():
+    # an item written from the forward's input, or the attribute handed to an alias that is
+    # then read elsewhere: the alias stays
+    source = ATTRIBUTE.replace("self.batchgrid[i] = self.grid", "self.batchgrid[i] = x[i]")
+    assert "self.batchgrid = self.batchgrid.detach()" in _fix(source, GF402)
+    alias = ATTRIBUTE.replace("self.batchgrid = Variable(self.batchgrid)\n        return torch.bmm(self.batchgrid", "grid = Variable(self.batchgrid)\n        return torch.bmm(grid")
+    assert "grid = self.batchgrid.detach()" in _fix(alias, GF402)
