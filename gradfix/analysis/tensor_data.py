@@ -304,14 +304,24 @@ _LAZY_MODULE = re.compile(r"^torch\.nn\.(modules\.[\w.]+\.)?Lazy\w+$")
 
 
 def lazy_parameter(facts: FileFacts, tensor: ast.expr) -> bool:
-    """``tensor`` (``self.net.weight``) is a parameter of a module the file builds as a torch
-    lazy module (``self.net = nn.LazyLinear(1)``): an ``UninitializedParameter`` until the first
-    forward. Writing it through ``.data`` does nothing; writing it under ``no_grad`` (or with
-    ``torch.nn.init``) raises ValueError (pinned in tests/facts/test_gf304_facts.py)."""
+    """``tensor`` (``self.net.weight``) is a parameter of a torch lazy module that its scope
+    builds (``self.net = nn.LazyLinear(1)``) and has not run before (no ``self.net(x)`` above it
+    there): an ``UninitializedParameter`` until the first forward. Writing it through ``.data``
+    does nothing; writing it under ``no_grad`` (or with ``torch.nn.init``) raises ValueError
+    (pinned in tests/facts/test_gf304_facts.py)."""
     if not isinstance(tensor, ast.Attribute):
         return False
     owner = dotted_name(tensor.value)
-    return owner is not None and any(
-        isinstance(a.value, ast.Call) and _LAZY_MODULE.match(facts.call_qualname(a.value) or "")
-        for a in facts.assignments_to(owner)
+    if owner is None:
+        return False
+    scope = facts.function_of.get(tensor)
+    built = [
+        a for a in facts.assignments_to(owner)
+        if isinstance(a.value, ast.Call) and _LAZY_MODULE.match(facts.call_qualname(a.value) or "") and facts.function_of.get(a) is scope
+    ]
+    if not built:
+        return False
+    at = (tensor.lineno, tensor.col_offset)
+    return not any(
+        dotted_name(c.func) == owner and (c.lineno, c.col_offset) < at for c in facts.calls_in(scope)
     )

@@ -482,8 +482,8 @@ def parameter_free_loss_class(qualname: str) -> bool:
 
 # -- code for another torch version -------------------------------------------------------------
 
-#: Names that hold torch's version by convention (`TORCH_VERSION`, `torch_ver`).
-# `TORCH_VERSION`, `torch_ver`, `cfg.PYTORCH_VERSION_LESS_THAN_040`, `TORCH_VERSION_GE_1_5`
+#: Names that hold torch's version, or a flag set from it, by convention (`TORCH_VERSION`,
+#: `torch_ver`, `cfg.PYTORCH_VERSION_LESS_THAN_040`, `TORCH_VERSION_GE_1_5`).
 _VERSION_NAME = re.compile(r"^_?(torch|pt|pytorch)_?(version|ver)(_\w*)?$", re.I)
 
 

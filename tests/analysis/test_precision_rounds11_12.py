@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 from gradfix import Settings, check, fix
+from gradfix.model import FixSafety
 
 GF104 = Settings(select=("GF104",))
 GF304 = Settings(select=("GF304",), unsafe_fixes=True)
@@ -421,6 +422,18 @@ def test_a_lazy_modules_parameter_is_reported_without_a_fix():
     )
     found = check(source, settings=GF304)
     assert [f.line for f in found] == [7, 8] and not any(f.fix for f in found)
+    # once it has run a forward its parameters exist: an update after `conv(X)` is fixed
+    trained = textwrap.dedent(
+        """\
+        import torch
+        from torch import nn
+        conv = nn.LazyConv2d(1, kernel_size=(1, 2), bias=False)
+        for i in range(10):
+            conv(X).sum().backward()
+            conv.weight.data[:] -= 0.03 * conv.weight.grad
+        """
+    )
+    assert [f.fix for f in check(trained, settings=GF304)] == [FixSafety.UNSAFE]
 
 
 def test_a_config_flag_named_for_the_torch_version_marks_a_version_branch():
