@@ -16,7 +16,7 @@ from gradfix.lazy import cst
 
 from gradfix.analysis.provenance import UNKNOWN, reaching_definitions
 from gradfix.analysis.regions import integer_valued, is_inert, same_under_no_grad
-from gradfix.analysis.statements import around_run, can_wrap, is_elif, is_within, own_nodes, statement_block
+from gradfix.analysis.statements import around_run, can_wrap, is_elif, is_within, own_nodes, statement_block, torch_at_definition
 from gradfix.facts import FileFacts
 
 
@@ -110,7 +110,7 @@ def plan_no_grad(
     suspends = func is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await)) for n in own_nodes(func))
     for may_join in (joinable, lambda s: joinable(s) and not _binds(s)):
         widest = _widen(facts, func, groups, may_join, header_ok, through_loops=True)
-        if len(widest) == 1 and not suspends:
+        if len(widest) == 1 and not suspends and torch_at_definition(facts, func):
             outside = around_run(func, widest[0])
             if outside is not None and outside_ok(*outside):
                 return NoGradPlan(True)

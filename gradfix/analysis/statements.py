@@ -60,6 +60,35 @@ def torch_reachable(facts: FileFacts, node: ast.AST, api: str | None = None) -> 
     return all("torch" not in scope.locals and "torch" not in scope.imports for scope in scopes)
 
 
+def torch_at_definition(facts: FileFacts, func) -> bool:
+    """Whether ``@torch.no_grad()`` (or the file's own ``no_grad`` name) on ``func`` finds its
+    name bound when the ``def`` runs: every module-level import that binds it sits outside any
+    ``if``/``try``/``with``, or in a block that holds ``func`` too (`if is_torch_available():
+    import torch` above a class defined either way would raise NameError where a ``with`` in
+    the body would not); with no such import the fixer adds one at the top."""
+    alias = facts.grad_api_alias("no_grad")
+    names = {alias} if alias else facts.torch_module_names() or {"torch"}
+    for stmt in _module_level_statements(facts):
+        bound = [(a.asname or a.name).split(".")[0] for a in stmt.names] if isinstance(stmt, (ast.Import, ast.ImportFrom)) else []
+        if not names & set(bound):
+            continue
+        block = facts.parents.get(stmt)
+        if block is not facts.tree and not is_within(facts, func, block):
+            return False
+    return True
+
+
+def _module_level_statements(facts: FileFacts) -> list[ast.stmt]:
+    return facts.memo(("statements.module_level",), lambda: [s for s in ast.walk(facts.tree) if isinstance(s, (ast.Import, ast.ImportFrom)) and facts.function_of.get(s) is None and not _in_class(facts, s)])
+
+
+def _in_class(facts: FileFacts, node: ast.AST) -> bool:
+    parent = facts.parents.get(node)
+    while parent is not None and not isinstance(parent, ast.ClassDef):
+        parent = facts.parents.get(parent)
+    return parent is not None
+
+
 def is_within(facts: FileFacts, node: ast.AST, root: ast.AST) -> bool:
     while node is not None:
         if node is root:

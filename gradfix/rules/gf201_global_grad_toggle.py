@@ -10,7 +10,7 @@ from gradfix.lazy import cst
 
 from gradfix.analysis.insertion import body_start
 from gradfix.analysis.scripts import entry_point, generator_functions, standalone_script, under_main_guard
-from gradfix.analysis.statements import handler_of, statement_block
+from gradfix.analysis.statements import handler_of, statement_block, torch_at_definition
 from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, own_toggles, saved_mode_names
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
@@ -687,6 +687,7 @@ class GlobalGradToggle(Rule):
                 and opener.stmt is body_start(block)
                 and opener.mode is not None
                 and _decorator_ok(facts, func, opener.call)
+                and torch_at_definition(facts, func)  # a decorator runs when the def does
             )
             keep_call = not isinstance(opener.call.func, ast.Attribute) and not facts.torch_name_writable()
             scoped = facts.segment(opener.call) if keep_call else _scoped_text(facts, opener)

@@ -244,10 +244,13 @@ _FORWARD_REASON = (
 
 def _in_forward(facts, func) -> bool:
     """A module's ``forward`` (or ``__call__``): what it writes in place may already be saved
-    for backward by an earlier call in the same graph (a masked conv applied twice)."""
-    return isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name in ("forward", "__call__") and isinstance(
-        facts.parents.get(func), ast.ClassDef
-    )
+    for backward by an earlier call in the same graph (a masked conv applied twice). A class
+    with no base at all is no module: its ``__call__`` is a plain helper (labml's
+    ``WeightDecay``, called from an optimizer's step)."""
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name not in ("forward", "__call__"):
+        return False
+    cls = facts.parents.get(func)
+    return isinstance(cls, ast.ClassDef) and (func.name == "forward" or bool(cls.bases))
 
 
 def _receiver_kind(facts, receiver: ast.expr) -> str:

@@ -566,3 +566,44 @@ def test_an_attribute_written_with_a_tensor_that_may_carry_a_graph_is_not_fresh(
     assert "self.batchgrid = self.batchgrid.detach()" in _fix(source, GF402)
     alias = ATTRIBUTE.replace("self.batchgrid = Variable(self.batchgrid)\n        return torch.bmm(self.batchgrid", "grid = Variable(self.batchgrid)\n        return torch.bmm(grid")
     assert "grid = self.batchgrid.detach()" in _fix(alias, GF402)
+
+
+def test_no_decorator_where_torch_is_imported_only_under_a_condition():
+    # transformers' test files: `if is_torch_available(): import torch` above a tester class
+    # defined either way; a decorator would run at class definition and raise NameError
+    # without torch, a `with` in the method runs only when the method does
+    source = textwrap.dedent(
+        """\
+        from transformers import is_torch_available
+        if is_torch_available():
+            import torch
+
+        class Tester:
+            def check(self, model, x):
+                model.eval()
+                result = model(x)
+                result = model(x, x)
+        """
+    )
+    fixed = _fix(source, Settings(select=("GF302",), unsafe_fixes=True))
+    assert "@torch.no_grad()" not in fixed and "        with torch.no_grad():\n" in fixed
+    # imported either way, the decorator it is
+    plain = source.replace("if is_torch_available():\n    import torch\n", "import torch\n")
+    assert "    @torch.no_grad()\n    def check" in _fix(plain, Settings(select=("GF302",), unsafe_fixes=True))
+
+
+def test_the_call_method_of_a_plain_helper_class_is_no_forward():
+    source = textwrap.dedent(
+        """\
+        import torch
+        class WeightDecay:
+            def __call__(self, param, grad, group):
+                if group['weight_decay'] != 0:
+                    param.data.mul_(1.0 - group['lr'] * group['weight_decay'])
+                return grad
+        """
+    )
+    fixed = _fix(source, GF304)
+    assert "    @torch.no_grad()\n    def __call__" in fixed and "param.mul_(1.0" in fixed
+    module = source.replace("class WeightDecay:", "class WeightDecay(torch.nn.Module):")
+    assert [f.fix for f in check(module, settings=GF304)] == [None]  # a module's forward: no fix
