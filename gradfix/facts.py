@@ -383,7 +383,7 @@ class FileFacts:
         ``torch.no_grad``. None when there is no such import."""
 
         def compute():
-            for stmt in _module_level(self.tree.body):
+            for stmt in module_level(self.tree.body):
                 if isinstance(stmt, ast.ImportFrom) and stmt.level == 0 and stmt.module in GRAD_API_MODULES:
                     for alias in stmt.names:
                         if alias.name == api:
@@ -399,7 +399,7 @@ class FileFacts:
 
         def compute():
             parent, _, last = target.rpartition(".")
-            for stmt in _module_level(self.tree.body):
+            for stmt in module_level(self.tree.body):
                 if isinstance(stmt, ast.Import):
                     for alias in stmt.names:
                         if alias.name == target and alias.asname:
@@ -819,7 +819,7 @@ def main_guard(test: ast.expr) -> bool:
     )
 
 
-def _module_level(body: list[ast.stmt]):
+def module_level(body: list[ast.stmt]):
     """``body`` and the blocks of its ``if``/``try``/``with`` statements, not function or
     class bodies nor the ``__main__`` guard's block (as gradfix.fixer's ``_module_level`` walks
     the same module)."""
@@ -829,6 +829,6 @@ def _module_level(body: list[ast.stmt]):
             continue  # runs after the definitions above it, and never when the module is imported
         if isinstance(stmt, _MODULE_LEVEL_BLOCKS):
             for field in ("body", "orelse", "finalbody"):
-                yield from _module_level(getattr(stmt, field, []))
+                yield from module_level(getattr(stmt, field, []))
             for handler in getattr(stmt, "handlers", []):
-                yield from _module_level(handler.body)
+                yield from module_level(handler.body)

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 from gradfix.lazy import cst
 
-from gradfix.facts import FileFacts, descendants, dotted_name
+from gradfix.facts import FileFacts, descendants, dotted_name, module_level
 from gradfix.model import Span
 
 
@@ -79,14 +79,8 @@ def torch_at_definition(facts: FileFacts, func) -> bool:
 
 
 def _module_level_statements(facts: FileFacts) -> list[ast.stmt]:
-    return facts.memo(("statements.module_level",), lambda: [s for s in ast.walk(facts.tree) if isinstance(s, (ast.Import, ast.ImportFrom)) and facts.function_of.get(s) is None and not _in_class(facts, s)])
-
-
-def _in_class(facts: FileFacts, node: ast.AST) -> bool:
-    parent = facts.parents.get(node)
-    while parent is not None and not isinstance(parent, ast.ClassDef):
-        parent = facts.parents.get(parent)
-    return parent is not None
+    """The module-level statements the fixer reads imports from (not the ``__main__`` block)."""
+    return facts.memo(("statements.module_level",), lambda: list(module_level(facts.tree.body)))
 
 
 def is_within(facts: FileFacts, node: ast.AST, root: ast.AST) -> bool:
