@@ -351,16 +351,12 @@ def _evaluated(node: ast.AST) -> list[ast.AST]:
 
 def _calls_a_def(stmt: ast.stmt, state) -> bool:
     """``stmt`` itself (not the statements in its body) calls a name bound to a ``def``."""
-    todo = [stmt]
-    while todo:
-        node = todo.pop()
-        if node is not stmt and isinstance(node, (ast.stmt, *_SCOPES)):
-            continue
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in state:
-            if any(d.kind == "def" and not isinstance(d.node, ast.ClassDef) for d in state[node.func.id][0]):
-                return True
-        todo.extend(ast.iter_child_nodes(node))
-    return False
+    return any(
+        isinstance(call.func, ast.Name)
+        and call.func.id in state
+        and any(d.kind == "def" and not isinstance(d.node, ast.ClassDef) for d in state[call.func.id][0])
+        for call in _own_calls(stmt)
+    )
 
 
 def _join(states: Iterable):
@@ -793,7 +789,7 @@ def _self_attribute_origin(facts, node: ast.Attribute, seen, depth) -> Origin | 
     if key in seen:
         return Origin(DETACHED)  # its own earlier value: what the other assignments bind
     stores, reads = facts.memo(("provenance.self_attribute", id(cls), node.attr), lambda: _self_attribute_uses(facts, cls, node.attr))
-    if not stores or stores is None:
+    if not stores:  # none, or other code stores it too
         return None
     parts = []
     for store in stores:
