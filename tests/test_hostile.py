@@ -220,6 +220,33 @@ def test_python2_and_syntax_errors_reported_and_untouched(tree, source, where):
     no_traceback(result)
 
 
+@pytest.mark.parametrize(
+    "tail, codes", [("import torch\nwith torch.no_grad:\n    pass\n", ["GF101"]), ("import os\n", [])], ids=["rules-read-it", "no-rule-reads-it"]
+)
+@pytest.mark.parametrize(
+    "head, error",
+    [
+        ("def f(:\n", (1, 7)),  # the parser rejects it: reported wherever it is
+        ("x = 1\x00\n", (1, 1)),
+        ("def f(a, a):\n    pass\n", None),  # only the compiler rejects these: not gradfix's to say
+        ("def f():\n    x = 1\n    global x\n", None),
+        ("def f(a):\n    return a\n", None),
+    ],
+    ids=["parser", "null-byte", "duplicate-argument", "global-after-use", "valid"],
+)
+def test_a_syntax_error_is_reported_whether_or_not_a_rule_reads_the_file(head, error, tail, codes):
+    # A file no rule's trigger admits is only syntax-checked, more cheaply than parsed: it must
+    # fail exactly where ast.parse does, as a file the rules read does.
+    source = head + tail
+    if error is None:
+        assert [f.code for f in check(source, "f.py")] == codes
+        return
+    with pytest.raises(SourceError) as info:
+        check(source, "f.py")
+    assert info.value.message.startswith("syntax error")
+    assert (info.value.line, info.value.col) == error
+
+
 # -- files that cannot be written ------------------------------------------------------------
 
 
