@@ -438,7 +438,7 @@ def _no_module_bindings(facts: FileFacts, name: str, at: ast.AST, reaching: froz
         return False
     for value in values:
         qual = qualify(names, value.func) if isinstance(value, ast.Call) else None
-        if qual is None or sens.is_module_class(qual) is not False:
+        if qual is None or (sens.is_module_class(qual) is not False and not sens.returns_plain_instance(qual)):
             return False
     return True
 
@@ -471,26 +471,53 @@ def _feeds_training(facts: FileFacts, func) -> bool:
     """``func``'s result is a training input: a caller passes it on to a training function of
     this file or into the tensor it `.backward()`s (RL targets, teacher outputs, pseudo-labels).
     The mode of that computation is the training's, not an evaluation's."""
-    training = {f for f in facts.functions if calls_backward(facts, f) or steps_optimizer(facts, f)}
     for call in outside_callers(facts, func):
         stmt = facts.parents.get(call)
-        if not isinstance(stmt, ast.Assign) or stmt.value is not call:
-            continue
-        produced = {n for t in stmt.targets for n in bound_names(t)}
-        if not produced:
-            continue
-        scope = facts.function_of.get(call)
-        for later in own_calls(facts, scope):
-            if pos(later) <= pos(call):
-                continue
-            read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
-            if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
-                read |= _names_in(later.func.value)
-            elif not training.intersection(callees(facts, later).defs):
-                continue
-            if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
-                return True
+        if isinstance(stmt, ast.Assign) and stmt.value is call and _result_trains(facts, call):
+            return True
     return False
+
+
+def _result_trains(facts: FileFacts, node: ast.AST) -> bool:
+    """What the assignment holding ``node`` binds is a training input later in the same
+    function: passed to a function of this file that trains (one that calls `.backward()` or
+    steps an optimizer, itself or through the file's functions it calls) or into a tensor
+    `.backward()` is called on. ``next_v = self.vf(s2)`` under no_grad followed by
+    ``self._update_q(next_v, ...)`` computes a target of the training step, not an evaluation."""
+    stmt = innermost_statement(facts.parents, node)
+    if isinstance(stmt, ast.Assign):
+        produced = {n for t in stmt.targets for n in bound_names(t)}
+    elif isinstance(stmt, (ast.AnnAssign, ast.AugAssign)):
+        produced = set(bound_names(stmt.target))
+    else:
+        return False
+    if not produced:
+        return False
+    scope = facts.function_of.get(node)
+    for later in own_calls(facts, scope):
+        if pos(later) <= pos(node):
+            continue
+        read = set().union(set(), *(_names_in(a) for a in [*later.args, *(k.value for k in later.keywords)]))
+        if isinstance(later.func, ast.Attribute) and later.func.attr == "backward":
+            read |= _names_in(later.func.value)
+        elif not any(trains(facts, f) for f in callees(facts, later).defs):
+            continue
+        if any(r in produced or facts.flows_into(scope, produced, r) for r in read):
+            return True
+    return False
+
+
+def trains(facts: FileFacts, func, depth: int = 0) -> bool:
+    """``func`` calls `.backward()` or steps an optimizer, in its own code or through the
+    defs of this file its calls may run (followed three calls deep)."""
+    if calls_backward(facts, func) or steps_optimizer(facts, func):
+        return True
+    if depth >= 3:
+        return False
+    return facts.memo(
+        ("module_mode.trains", id(func), depth),
+        lambda: any(trains(facts, f, depth + 1) for c in own_calls(facts, func) for f in callees(facts, c).defs if f is not func),
+    )
 
 
 def callee_name(call: ast.Call) -> str | None:
@@ -830,6 +857,7 @@ def evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]
 def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem]:
     items = _switch_items(facts, scope, names, parts=True)
     items += _call_items(facts, scope, names, {id(i.node) for i in items})
+    items += _aliasing_switches(facts, scope, names, {id(i.node) for i in items})
     items += [ModeItem(stmt, "unknown") for stmt, r in flag_writes(facts, scope) if any(related(r, n) for n in names)]
     roots = {n.split(".", 1)[0] for n in names}
     for stmt in facts.statements(scope):
@@ -859,6 +887,19 @@ def _evaluation_items(facts: FileFacts, scope, names: set[str]) -> list[ModeItem
                     if item is not None:
                         items.append(item)
     return sorted(items, key=lambda i: i.key)
+
+
+def _aliasing_switches(facts: FileFacts, scope, names: set[str], skip: set[int]) -> list[ModeItem]:
+    """Switches of a parameter of ``scope`` that no call in the file hands an argument, where
+    the module is a global: the argument may be that very module (`def predict(m, part):
+    m.eval(); return model(x)`, never called in the file), so its mode after the switch is
+    unknown."""
+    if not isinstance(scope, FUNCTIONS) or outside_callers(facts, scope):
+        return []
+    params = _parameter_names(scope) - {"self", "cls"}
+    if {n.split(".", 1)[0] for n in names} & (params | {"self", "cls"}):
+        return []
+    return [ModeItem(s.call, "unknown") for s in own_switches(facts, scope) if id(s.call) not in skip and s.receiver in params]
 
 
 def _element_mode(facts: FileFacts, scope, loop: ast.stmt) -> str:
@@ -1189,8 +1230,9 @@ def all_train_at(facts, scope, uses, items, entry_train) -> bool:
 
 def not_an_evaluation(facts: FileFacts, func, call: ast.Call, module: str) -> bool:
     """Running ``module`` under no_grad here is not an evaluation whose mode this function
-    owns: batch-norm recalibration, RL acting, a result that feeds training, autoregressive
-    sampling, a discarded warm-up forward, a submodule of an nn.Module."""
+    owns: batch-norm recalibration, RL acting, a result that feeds training (in a caller, or
+    later in this function), autoregressive sampling, a discarded warm-up forward, a submodule
+    of an nn.Module."""
     from gradfix.analysis.vocabulary import acts_in_environment, caller_owns_mode
 
     return (
@@ -1198,6 +1240,7 @@ def not_an_evaluation(facts: FileFacts, func, call: ast.Call, module: str) -> bo
         or bool(RECALIBRATION.search(func.name))
         or acts_in_environment(facts, func)
         or _feeds_training(facts, func)
+        or _result_trains(facts, call)
         or _decoding_loop(facts, func, call)
         or _output_discarded(facts, call)
         or _submodule_of_module(facts, func, module)

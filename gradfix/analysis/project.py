@@ -480,12 +480,12 @@ class Sensitivity:
             return FREE
         if depth > 8:
             return UNKNOWN
-        found = self._defining_module(qualname, near)
+        found = self.defining_module(qualname, near)
         if found is None:
             return UNKNOWN
         module, tree, names = found
         name = qualname.rpartition(".")[2]
-        stmt = _top_level_definition(tree, name)
+        stmt = top_level_definition(tree, name)
         if isinstance(stmt, ast.ClassDef):
             return self._class(module, stmt, names, depth)
         if stmt is not None:
@@ -495,7 +495,7 @@ class Sensitivity:
             return self.of_qualname(names[name], call, depth + 1, module)
         return UNKNOWN
 
-    def _defining_module(self, qualname: str, near: str | None):
+    def defining_module(self, qualname: str, near: str | None):
         """``(module, tree, names)`` of the project module that defines ``qualname`` (this
         file's, or the one the index finds from ``near``), or None."""
         near = self.module if near is None else near
@@ -519,12 +519,12 @@ class Sensitivity:
             return True if path[-1][:1].isupper() and path[2] not in ("functional", "init", "utils") else None
         if depth > 8 or qualname in _BUILTIN_CALLS:
             return False if qualname == "object" else None
-        found = self._defining_module(qualname, near)
+        found = self.defining_module(qualname, near)
         if found is None:
             return None
         module, tree, names = found
         name = qualname.rpartition(".")[2]
-        stmt = _top_level_definition(tree, name)
+        stmt = top_level_definition(tree, name)
         if isinstance(stmt, ast.ClassDef):
             verdicts = []
             for base in stmt.bases:
@@ -576,8 +576,8 @@ class Sensitivity:
         module itself (``attr`` is a submodule, or the class is not the project's)."""
         value = strip_moves(value)
         qual = qualify(names, value.func) if isinstance(value, ast.Call) else None
-        found = self._defining_module(qual, None) if qual else None
-        cls = _top_level_definition(found[1], qual.rpartition(".")[2]) if found else None
+        found = self.defining_module(qual, None) if qual else None
+        cls = top_level_definition(found[1], qual.rpartition(".")[2]) if found else None
         if isinstance(cls, ast.ClassDef):
             try:
                 if any(_defines(cls, attr)):
@@ -705,6 +705,54 @@ class Sensitivity:
                 verdicts.append(of(value))
         return combine(verdicts)
 
+    def returns_plain_instance(self, qualname: str) -> bool:
+        """``qualname`` is a function of the project, or a classmethod or staticmethod of a
+        project class (``DynamicNet.from_file``), whose every ``return`` gives an instance of a
+        project class that derives from no nn.Module: built in the return, or bound to a name
+        only such calls bind (``net = DynamicNet(...); net.add(m); return net``). Such a
+        factory's result has no train/eval mode, as the class's own constructor's has none."""
+        from gradfix.analysis.statements import own_nodes  # (the index alone imports no analysis)
+
+        found = self.defining_module(qualname, None)
+        func, owner = None, None
+        if found is not None:
+            func = top_level_definition(found[1], qualname.rpartition(".")[2])
+        else:
+            owner_qual, _, method = qualname.rpartition(".")
+            found = self.defining_module(owner_qual, None) if owner_qual else None
+            owner = top_level_definition(found[1], owner_qual.rpartition(".")[2]) if found is not None else None
+            if not isinstance(owner, ast.ClassDef):
+                return False
+            func = next(_defines(owner, method), None)
+            decorators = {d.id for d in getattr(func, "decorator_list", ()) if isinstance(d, ast.Name)}
+            if not decorators & {"classmethod", "staticmethod"}:
+                return False
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        module, _, names = found
+        own = own_nodes(func)
+
+        def plain(value: ast.AST) -> bool:
+            if not isinstance(value, ast.Call):
+                return False
+            if owner is not None and isinstance(value.func, ast.Name) and value.func.id == "cls":
+                return self.is_module_class(f"{module}.{owner.name}", near=module) is False
+            qual = qualify(names, value.func)
+            return qual is not None and self.is_module_class(qual, near=module) is False
+
+        returned = [n.value for n in own if isinstance(n, ast.Return)]
+        if not returned:
+            return False
+        for value in returned:
+            if isinstance(value, ast.Name):  # bound only by `name = Plain(...)` statements
+                stores = [n for n in own if isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store)]
+                bound = [a.value for a in own if isinstance(a, ast.Assign) and any(t in stores for t in a.targets)]
+                if not stores or len(bound) != len(stores) or not all(plain(b) for b in bound):
+                    return False
+            elif not plain(value):
+                return False
+        return True
+
     def factory_of(self, func, names: dict[str, str], index: int | None = None) -> str:
         """Verdict for what a function of this file returns (element ``index`` of its tuple)."""
         return self._factory(self.module, func, names, 1, index)
@@ -773,7 +821,7 @@ def strip_moves(value: ast.AST) -> ast.AST:
     return value
 
 
-def _top_level_definition(tree: ast.Module, name: str) -> ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | None:
+def top_level_definition(tree: ast.Module, name: str) -> ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The first class or def named ``name`` at the top of ``tree``."""
     return next(
         (s for s in tree.body if isinstance(s, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == name),

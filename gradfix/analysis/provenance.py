@@ -558,6 +558,9 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
                 return None  # a tensor fill value (or probability) may need grad
             node = node.func.value
             continue
+        if isinstance(node, ast.Call) and (handed := passed_through(facts, node)) is not None:
+            node = handed  # `cuda(x, use_cuda)`: the helper gives `x` back, moved or not
+            continue
         break
     if isinstance(node, ast.Name):
         return _name_origin(facts, node, seen, depth, conv)
@@ -585,6 +588,68 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
     ):
         return Origin(BATCH)
     return _computed(facts, node, seen, depth, conv)
+
+
+def passed_through(facts: FileFacts, call: ast.Call) -> ast.expr | None:
+    """The argument ``call`` hands to a function of the project that gives that parameter back
+    on every ``return``, as it is or moved (:data:`KEEPING_METHODS`: ``def cuda(t, on): return
+    t.cuda() if on else t``, ``def to_device(x): return x.to(DEVICE)``), in this file or in
+    another module of the project; None otherwise."""
+    from gradfix.analysis.calls import argument_for, callee  # calls builds on this module
+
+    func = callee(facts, call)
+    if func is None and isinstance(call.func, ast.Name) and facts.project is not None:
+        func = _project_function(facts, facts.call_qualname(call))
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    param = facts.memo(("provenance.returned_parameter", id(func)), lambda: _returned_parameter(func))
+    return argument_for(func, call, param) if param is not None else None
+
+
+def _project_function(facts: FileFacts, qualname: str | None):
+    """The top-level def ``qualname`` names in another module of the project, or None."""
+    from gradfix.analysis.module_mode import sensitivity_of  # module_mode builds on this module
+    from gradfix.analysis.project import top_level_definition
+
+    if not qualname or qualname.split(".", 1)[0] in ("torch", "numpy", "math", "builtins"):
+        return None
+    found = sensitivity_of(facts).defining_module(qualname, None)
+    return top_level_definition(found[1], qualname.rpartition(".")[2]) if found is not None else None
+
+
+def _returned_parameter(func) -> str | None:
+    """The parameter every ``return`` of ``func`` gives back (through moves and both branches of
+    a conditional expression) and nothing else in ``func`` reads or rebinds; None when there is
+    none."""
+    from gradfix.analysis.statements import own_nodes
+
+    args = func.args
+    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    own = own_nodes(func)
+    found: set[str] = set()
+    for node in own:
+        if isinstance(node, ast.Return):
+            todo = [node.value]
+            while todo:
+                value = todo.pop()
+                if isinstance(value, ast.IfExp):
+                    todo += [value.body, value.orelse]
+                elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in KEEPING_METHODS and value.func.attr[-1] != "_":
+                    todo.append(value.func.value)
+                elif isinstance(value, ast.Name) and value.id in params:
+                    found.add(value.id)
+                else:
+                    return None
+        elif isinstance(node, (ast.Yield, ast.YieldFrom)):
+            return None
+    if len(found) != 1:
+        return None
+    (param,) = found
+    # read only by the returns: nothing else may rebind it or make it require grad
+    returned = {id(n) for r in own if isinstance(r, ast.Return) for n in ast.walk(r)}
+    if any(isinstance(n, ast.Name) and n.id == param and id(n) not in returned for n in own):
+        return None
+    return param
 
 
 def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
@@ -672,7 +737,7 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
     if isinstance(func, ast.Lambda):
         return None
     flow = reaching_definitions(facts, func)
-    definitions = flow.reaching.get(name) or frozenset({UNKNOWN})
+    definitions = bound_definitions(facts, func, name, flow.reaching.get(name) or frozenset({UNKNOWN}))
     if definitions == {UNKNOWN}:
         module = _module_definitions(facts, name)
         if module is not None:  # `vgg_mean = torch.FloatTensor(..)` at module level
@@ -690,13 +755,30 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
             parts.append(entry or Origin(ASSUMED))  # (by convention: an argument, a global is a hyperparameter)
             continue
         if definition in seen:
-            return None  # `x = x.cuda()` in a loop: its own earlier value
+            # `norm += g.data.norm()` or `x = x.cuda()` in a loop: its own earlier value, which
+            # holds what the other definitions give it and nothing more (a least fixpoint)
+            continue
         parts.append(_definition_origin(facts, flow, definition, seen | {definition}, depth + 1, conv))
-    found = _combine(parts)
+    found = _combine(parts)  # (none left: only its own earlier value, unknown)
     if found is None:
         return None
     line = min(getattr(d.node, "lineno", 0) for d in definitions)
     return Origin(found.kind, name, line)
+
+
+def bound_definitions(facts: FileFacts, func, name: ast.Name, definitions: frozenset) -> frozenset:
+    """``definitions`` without the function's entry when ``name`` is a plain local of ``func``
+    (bound in it; no parameter, `global` or `nonlocal`) that some definition reaches: on a path
+    where none does the read raises UnboundLocalError, so it yields no value
+    (``if i % n == 0: it = iter(loader)`` ... ``next(it)`` reads only what ``iter`` built)."""
+    if UNKNOWN not in definitions or len(definitions) < 2 or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return definitions
+    scope = facts.scope_of_node.get(func)
+    args = func.args
+    parameters = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
+    if scope is None or name.id not in scope.locals or name.id in parameters or name.id in scope.globals:
+        return definitions
+    return definitions - {UNKNOWN}
 
 
 def _module_definitions(facts, name: ast.Name) -> frozenset[Definition] | None:
@@ -898,8 +980,9 @@ def _definition_origin(facts, flow, definition: Definition, seen, depth, conv=No
         old = flow.augmented.get(definition.node, frozenset({UNKNOWN}))
         if UNKNOWN in old:
             return None
+        # (its own earlier value in a loop, `norm += ...`, adds nothing: see _name_origin)
         parts = [_definition_origin(facts, flow, d, seen | {d}, depth + 1, conv) for d in old if d not in seen]
-        if len(parts) != len(old):
+        if not parts:
             return None
         value = definition.value
         if not (isinstance(value, ast.Constant) and isinstance(value.value, (int, float))):
@@ -946,7 +1029,7 @@ def loader_iterable(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
     func = facts.function_of.get(expr)
     if not isinstance(expr, ast.Name) or depth > 3 or isinstance(func, ast.Lambda):
         return False
-    definitions = reaching_definitions(facts, func).reaching.get(expr) or {UNKNOWN}
+    definitions = bound_definitions(facts, func, expr, reaching_definitions(facts, func).reaching.get(expr) or frozenset({UNKNOWN}))
     if definitions == {UNKNOWN}:  # `def finetune(model, text): for batch in text:` ... `finetune(m, train_data)`
         return _loader_parameter(facts, func, expr, depth)
     return all(d is not UNKNOWN and d.kind == "assign" and loader_iterable(facts, d.value, depth + 1) for d in definitions)

@@ -237,6 +237,7 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
     ``continue``, ``break``, logging (:func:`is_neutral_statement`), a container append of
     names or attributes (``convs.append(m.weight.data)``), a ``torch.nn.init``
     call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``,
+    ``w.data = <torch functions and tensor moves>`` (the values come without their history),
     ``raise`` of a builtin exception, ``ptr += n`` on integers, or an
     assignment to plain names of a :func:`computes_no_graph` value (``classname =
     m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``) or of one that is the same
@@ -260,6 +261,16 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         if _sets_requires_grad(facts, targets, stmt.value):
             return True
+        if all(isinstance(t, ast.Attribute) and t.attr == "data" for t in targets):
+            # `w.bias.data = sign * torch.Tensor(mean)`: the attribute takes the values without
+            # their history, in any grad mode; only a call that may run a forward could differ
+            from gradfix.analysis.provenance import KEEPING_METHODS  # (provenance builds on this module)
+
+            return all(
+                (facts.call_qualname(c) or "").startswith("torch.")
+                or (isinstance(c.func, ast.Attribute) and facts.call_qualname(c) is None and c.func.attr in KEEPING_METHODS)
+                for c in ast.walk(stmt.value) if isinstance(c, ast.Call)
+            )
         plain = all(isinstance(n, ast.Name) for t in targets for n in _target_leaves(t))
         return plain and (computes_no_graph(facts, stmt.value) or same_under_no_grad(facts, stmt.value))
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):

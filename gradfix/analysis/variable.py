@@ -528,6 +528,21 @@ def _needs_no_graph(facts, stmt: ast.stmt) -> bool:
     return not any(isinstance(node, ast.Call) and any(uses_grads(facts, f) for f in callees(facts, node).defs) for node in ast.walk(stmt))
 
 
+def _alone_on_its_lines(facts, stmt: ast.stmt) -> bool:
+    """No comment and no other statement on ``stmt``'s lines."""
+    lines = [facts.line_text(n) for n in range(stmt.lineno, stmt.end_lineno + 1)]
+    return not any("#" in line for line in lines) and "\n".join(lines).strip() == facts.segment(stmt)
+
+
+def _copies_itself(comp: ast.ListComp, call: ast.Call, plan: Rewrite) -> bool:
+    """``[Variable(t) for t in xs]`` once the wrapper goes is ``[t for t in xs]``: a copy of
+    the list ``xs`` (one plain generator, no condition, the element its own target)."""
+    if comp.elt is not call or plan.kind != "drop" or len(comp.generators) != 1:
+        return False
+    gen = comp.generators[0]
+    return not gen.ifs and not gen.is_async and isinstance(gen.target, ast.Name) and dotted_name(plan.data) == gen.target.id
+
+
 def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Call, tuple[ast.Assign, ast.stmt | None]], set[ast.Call]]:
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead, ``call -> (statement,
@@ -539,6 +554,12 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
     found: dict[ast.Call, ast.Assign] = {}
     for call, plan in plans.items():
         stmt = facts.parents.get(call)
+        if isinstance(stmt, ast.ListComp):  # `targets = [Variable(t) for t in targets]`
+            comp, stmt = stmt, facts.parents.get(stmt)
+            if _copies_itself(comp, call, plan) and isinstance(stmt, ast.Assign) and stmt.value is comp and len(stmt.targets) == 1:
+                if dotted_name(stmt.targets[0]) == dotted_name(comp.generators[0].iter) and _alone_on_its_lines(facts, stmt):
+                    found[call] = stmt
+            continue
         if isinstance(stmt, ast.Tuple):
             stmt = facts.parents.get(stmt)
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or stmt in found.values():
@@ -551,8 +572,7 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
             for t, v in pairs
         ):
             continue
-        lines = [facts.line_text(n) for n in range(stmt.lineno, stmt.end_lineno + 1)]
-        if any("#" in line for line in lines) or "\n".join(lines).strip() != facts.segment(stmt):
+        if not _alone_on_its_lines(facts, stmt):
             continue  # a comment, or another statement on its lines
         for _, v in pairs:
             found[v] = stmt
