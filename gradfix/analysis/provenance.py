@@ -884,7 +884,10 @@ def _self_attribute_origin(facts, node: ast.Attribute, seen, depth) -> Origin | 
         return None
     if not all(read is node or _keeps_grad_free(facts, read) for read in reads):
         return None
-    return Origin(found.kind, node, node.lineno)
+    # the evidence: the last store above the read (not `self.x = Variable(self.x)` itself)
+    lines = [s.lineno for s in stores if not any(n is node for n in ast.walk(facts.parents[s].value))]
+    above = [line for line in lines if line < node.lineno]
+    return Origin(found.kind, node, max(above) if above else min(lines, default=node.lineno))
 
 
 def _self_attribute_uses(facts, cls: ast.ClassDef, attr: str):

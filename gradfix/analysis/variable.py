@@ -529,9 +529,9 @@ def _needs_no_graph(facts, stmt: ast.stmt) -> bool:
 
 
 def _alone_on_its_lines(facts, stmt: ast.stmt) -> bool:
-    """No comment and no other statement on ``stmt``'s lines."""
+    """No comment and no other statement on ``stmt``'s lines (a `;` may end it)."""
     lines = [facts.line_text(n) for n in range(stmt.lineno, stmt.end_lineno + 1)]
-    return not any("#" in line for line in lines) and "\n".join(lines).strip() == facts.segment(stmt)
+    return not any("#" in line for line in lines) and "\n".join(lines).strip().removesuffix(";").rstrip() == facts.segment(stmt)
 
 
 def _copies_itself(comp: ast.ListComp, call: ast.Call, plan: Rewrite) -> bool:

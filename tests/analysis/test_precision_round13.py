@@ -273,3 +273,23 @@ def test_a_helper_that_rebinds_or_computes_is_not_followed():
         assert "cuda(torch.FloatTensor([25.0]), use_cuda).detach()" in fixed, helper
     fixed = _fix(TRAIN.format(import_line="def cuda(tensor, on):\n    tensor.requires_grad_(on)\n    return tensor\n"), GF402)
     assert "cuda(torch.FloatTensor([25.0]), use_cuda).detach()" in fixed
+
+
+# -- GF402: `x = Variable(x);` goes like `x = Variable(x)`; the evidence is the store above ----------
+def test_a_self_assignment_ended_by_a_semicolon_is_removed_and_cites_its_store():
+    source = """\
+    import torch
+    from torch.autograd import Variable
+    class Data:
+        def __init__(self, dat, cuda):
+            self.scale = torch.ones(3);
+            if cuda:
+                self.scale = self.scale.cuda();
+            self.scale = Variable(self.scale);
+            print(self.scale)
+    """
+    (finding,) = check(textwrap.dedent(source), "<string>", settings=GF402)
+    assert "(line 7)" in finding.message
+    fixed = _fix(source, GF402)
+    assert "Variable" not in fixed and "self.scale = self.scale;" not in fixed
+    assert "self.scale = self.scale.cuda();\n        print(self.scale)" in fixed
