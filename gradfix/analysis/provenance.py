@@ -79,6 +79,14 @@ PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED})  # surely needs no grad; B
 ASSUMED = "assumed"
 # Names of parameters, buffers and gradients by the usual conventions (`weight`, `p`, `running_mean`).
 PARAMETER_NAME = re.compile(r"param|weight|bias|grad|theta|running_(mean|var)|^(p|w|W|b)\d*$", re.IGNORECASE)
+# ... unless a word of the name makes it a setting: `max_grad_norm`, `weight_decay`, `grad_clip`
+_SETTING_WORD = re.compile(r"(^|_)(max|min|clip|norm|decay|lr|rate|eps|thresh|threshold|coef|coeff|factor|momentum)(_|$)", re.IGNORECASE)
+
+
+def _parameter_like(name: str) -> bool:
+    """``name`` may hold a tensor that requires grad (``weight``, ``p``, ``grads``), not a
+    setting named after one (``max_grad_norm``, ``weight_decay``)."""
+    return bool(PARAMETER_NAME.search(name)) and not _SETTING_WORD.search(name)
 # Builtins that give a plain number (or one of the values they are given).
 _NUMBER_BUILTINS = frozenset("float int min max abs round len sum pow".split())
 # Methods whose result may require grad whatever it is computed from.
@@ -490,7 +498,8 @@ def grad_free_operand(facts: FileFacts, expr: ast.AST, owner: str | None = None)
     an argument or a global, or an attribute or item of an object (``lr``, ``group['lr']``,
     ``scaler.loss_scale``), is a hyperparameter, and another ``.grad`` needs no grad (ask only
     where none can: :func:`~gradfix.analysis.tensor_data.grads_may_require_grad`). Never: an
-    argument, global or attribute named like a parameter (``weight``, ``p``; a local such as
+    argument, global or attribute named like a parameter (``weight``, ``p``; not a setting named
+    after one, ``max_grad_norm``, ``weight_decay``; a local such as
     ``param_norm = p.grad.data.norm()`` is followed to its binding), ``owner`` (the ``.grad``'s own tensor, ``p`` in
     ``p.grad.add_(wd, p)``) or anything rooted at it, a name bound by a loop."""
     found = _origin(facts, expr, frozenset(), 0, _Convention(owner))
@@ -522,7 +531,7 @@ class _Convention:
                 return None
             if isinstance(expr, ast.Name):
                 return True  # followed to its bindings; a parameter-like name is judged there
-        if last is not None and PARAMETER_NAME.search(last):
+        if last is not None and _parameter_like(last):
             return None
         if isinstance(expr, ast.Subscript) and _origin(facts, expr.slice, frozenset(), 0, self) is None:
             return None
@@ -750,7 +759,7 @@ def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None
     parts = []
     for definition in definitions:
         if definition is UNKNOWN:
-            if entry is None and PARAMETER_NAME.search(name.id):
+            if entry is None and _parameter_like(name.id):
                 return None  # an argument or a global named like a parameter (`w`, `weight`)
             parts.append(entry or Origin(ASSUMED))  # (by convention: an argument, a global is a hyperparameter)
             continue

@@ -543,6 +543,38 @@ def _copies_itself(comp: ast.ListComp, call: ast.Call, plan: Rewrite) -> bool:
     return not gen.ifs and not gen.is_async and isinstance(gen.target, ast.Name) and dotted_name(plan.data) == gen.target.id
 
 
+_READING_BUILTINS = frozenset({"len", "zip", "enumerate", "list", "tuple", "sorted", "reversed", "iter", "print", "sum", "max", "min", "any", "all"})
+_READING_TORCH = frozenset({"torch.cat", "torch.stack", "torch.hstack", "torch.vstack"})
+
+
+def _copy_unobserved(facts, stmt: ast.Assign, name: str) -> bool:
+    """Nothing else in ``stmt``'s function can tell the copy ``name = [t for t in name]`` from
+    the list it copies: every other read of ``name`` iterates it, indexes it or hands it to a
+    builtin or torch function that only reads it. A call that may append to it (``pad(inpts)``
+    doing ``inpts.append(..)``) would grow the caller's list instead of the copy."""
+    func = facts.function_of.get(stmt)
+    scope = func if func is not None else facts.tree
+    inside = {id(n) for n in ast.walk(stmt)}
+    for node in ast.walk(scope):
+        if not (isinstance(node, ast.Name) and node.id == name) or id(node) in inside or facts.function_of.get(node) is not func:
+            continue
+        if not isinstance(node.ctx, ast.Load):
+            continue  # rebound: a new object from then on
+        parent = facts.parents.get(node)
+        if isinstance(parent, ast.Subscript) and parent.value is node and isinstance(parent.ctx, ast.Load):
+            continue
+        if isinstance(parent, (ast.For, ast.comprehension)) and parent.iter is node:
+            continue
+        if isinstance(parent, ast.Call) and node in parent.args:
+            callee = parent.func
+            if isinstance(callee, ast.Name) and callee.id in _READING_BUILTINS and facts.resolve_name(callee.id, parent) is None:
+                continue
+            if facts.call_qualname(parent) in _READING_TORCH:
+                continue
+        return False
+    return True
+
+
 def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Call, tuple[ast.Assign, ast.stmt | None]], set[ast.Call]]:
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead, ``call -> (statement,
@@ -557,8 +589,10 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         if isinstance(stmt, ast.ListComp):  # `targets = [Variable(t) for t in targets]`
             comp, stmt = stmt, facts.parents.get(stmt)
             if _copies_itself(comp, call, plan) and isinstance(stmt, ast.Assign) and stmt.value is comp and len(stmt.targets) == 1:
-                if dotted_name(stmt.targets[0]) == dotted_name(comp.generators[0].iter) and _alone_on_its_lines(facts, stmt):
-                    found[call] = stmt
+                target = stmt.targets[0]
+                if isinstance(target, ast.Name) and dotted_name(comp.generators[0].iter) == target.id:
+                    if _alone_on_its_lines(facts, stmt) and _copy_unobserved(facts, stmt, target.id):
+                        found[call] = stmt
             continue
         if isinstance(stmt, ast.Tuple):
             stmt = facts.parents.get(stmt)

@@ -81,7 +81,8 @@ class VariableWrapper(Rule):
       batch, label)` in the loop):
       **unsafe**, the wrapper goes on the assumption that the batch needs no grad (a custom
       collate could hand out tensors that do); a line that would then read `data, target =
-      data, target` (or copy a list into itself: `targets = [t for t in targets]`) is removed (one-line, no comment on the line, not alone in its block;
+      data, target` (or copy a list into itself, `targets = [t for t in targets]`, where
+      the function only reads the list afterwards: no call that might append to it) is removed (one-line, no comment on the line, not alone in its block;
       blank lines and comments above it stay, above the next statement of its block or
       notebook cell), and one that must stay becomes `data = data.detach()`; an `else:`
       branch whose every line would go goes with them (`if cuda: x = Variable(x.cuda())

@@ -189,6 +189,7 @@ def test_a_batch_drawn_from_an_iterator_made_on_some_iterations_is_a_batch():
     # where it is not, `next(batches)` raises, so it reads only what `iter(DataLoader)` made
     fixed = _fix(
         """\
+        import torch
         import torch.utils.data as data
         from torch.autograd import Variable
         def train(net, dataset, n, cuda):
@@ -202,12 +203,33 @@ def test_a_batch_drawn_from_an_iterator_made_on_some_iterations_is_a_batch():
                 else:
                     images = Variable(images)
                     targets = [Variable(t) for t in targets]
-                net(images, targets)
+                net(images, torch.cat(targets))
         """,
         GF402,
     )
     assert "images = images.cuda()" in fixed and "targets = [t.cuda() for t in targets]" in fixed
     assert "detach" not in fixed and "else:" not in fixed and "Variable" not in fixed
+
+
+def test_a_list_copy_goes_only_where_nothing_can_tell_it_from_the_list():
+    # end-to-end-negotiator: `inpts = [Variable(i) for i in inpts]` then `pad(inpts)` appends to
+    # it; without the copy the append would grow the batch's own list
+    source = """\
+    from torch.autograd import Variable
+    def pad(xs):
+        xs.append(0)
+    def train(model, loader):
+        for batch in loader:
+            inpts, tgts, idxs = batch
+            inpts = [Variable(i) for i in inpts]
+            tgts = [Variable(t) for t in tgts]
+            idxs = [Variable(i) for i in idxs]
+            pad(inpts)
+            model(inpts, len(tgts), tgts[0])
+    """
+    fixed = _fix(source, GF402)
+    assert "inpts = [i for i in inpts]" in fixed  # handed to a call that may change it
+    assert "tgts = [" not in fixed and "idxs = [" not in fixed  # only read, or never read again
 
 
 # -- GF304: a `.data` assignment between two writes joins their block ------------------------------
@@ -293,3 +315,32 @@ def test_a_self_assignment_ended_by_a_semicolon_is_removed_and_cites_its_store()
     fixed = _fix(source, GF402)
     assert "Variable" not in fixed and "self.scale = self.scale;" not in fixed
     assert "self.scale = self.scale.cuda();\n        print(self.scale)" in fixed
+
+
+def test_a_setting_named_after_a_parameter_is_a_number():
+    # LSTNet's `self.max_grad_norm`, an optimizer's `self.weight_decay`: settings, not tensors
+    fixed = _fix(
+        """\
+        import torch
+        class Optim:
+            def step(self):
+                for p in self.params:
+                    p.grad.data.mul_(self.max_grad_norm)
+                    p.grad.data.mul_(1 - self.weight_decay)
+        """,
+        GF304,
+    )
+    assert "p.grad.mul_(self.max_grad_norm)" in fixed and "p.grad.mul_(1 - self.weight_decay)" in fixed
+    assert "no_grad" not in fixed
+    # a tensor named like one still is one: `self.weight` may require grad
+    fixed = _fix(
+        """\
+        import torch
+        class Optim:
+            def step(self):
+                for p in self.params:
+                    p.grad.data.mul_(self.weight)
+        """,
+        GF304,
+    )
+    assert "no_grad" in fixed
