@@ -573,6 +573,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         break
     if isinstance(node, ast.Name):
         return _name_origin(facts, node, seen, depth, conv)
+    if _dataset_item(facts, node):
+        return Origin(BATCH)
     if isinstance(node, ast.Attribute) and conv is None and isinstance(node.value, ast.Name) and node.value.id == "self":
         return _self_attribute_origin(facts, node, seen, depth)
     if isinstance(node, (ast.Subscript, ast.Attribute)):
@@ -597,6 +599,18 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
     ):
         return Origin(BATCH)
     return _computed(facts, node, seen, depth, conv)
+
+
+def _dataset_item(facts: FileFacts, node: ast.AST) -> bool:
+    """``dataset[i]``, ``loader.dataset.__getitem__(i)``: an item of what a ``for`` loop over it
+    would take, a batch (by the same assumption: a dataset hands out tensors needing no grad)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+        owner = node.value
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "__getitem__" and len(node.args) == 1:
+        owner = node.func.value
+    else:
+        return False
+    return dotted_name(owner) is not None and loader_iterable(facts, owner)
 
 
 def passed_through(facts: FileFacts, call: ast.Call) -> ast.expr | None:

@@ -237,7 +237,8 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
     ``continue``, ``break``, logging (:func:`is_neutral_statement`), a container append of
     names or attributes (``convs.append(m.weight.data)``), a ``torch.nn.init``
     call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``,
-    ``w.data = <torch functions and tensor moves>`` (the values come without their history),
+    ``w.data = <torch functions and tensor moves>`` (the values come without their history;
+    ``p.grad = p.grad.float()`` too where no ``.grad`` can require grad),
     ``raise`` of a builtin exception, ``ptr += n`` on integers, or an
     assignment to plain names of a :func:`computes_no_graph` value (``classname =
     m.__class__.__name__``, ``n = m.kernel_size[0] * m.out_channels``) or of one that is the same
@@ -261,11 +262,21 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         if _sets_requires_grad(facts, targets, stmt.value):
             return True
-        if all(isinstance(t, ast.Attribute) and t.attr == "data" for t in targets):
+        if all(isinstance(t, ast.Attribute) and t.attr in ("data", "grad") for t in targets):
             # `w.bias.data = sign * torch.Tensor(mean)`: the attribute takes the values without
-            # their history, in any grad mode; only a call that may run a forward could differ
+            # their history, in any grad mode; only a call that may run a forward could differ.
+            # `p.grad = p.grad.half()` likewise, where no `.grad` can require grad.
             from gradfix.analysis.provenance import KEEPING_METHODS  # (provenance builds on this module)
+            from gradfix.analysis.tensor_data import grads_may_require_grad
 
+            if any(t.attr == "grad" for t in targets):
+                # a `.grad` keeps the history of what it is given: only another `.grad` or
+                # `.data`, moved or cast, and only where no `.grad` can require grad
+                value = stmt.value
+                while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in KEEPING_METHODS:
+                    value = value.func.value
+                if grads_may_require_grad(facts) or not (isinstance(value, ast.Attribute) and value.attr in ("grad", "data")):
+                    return False
             return all(
                 (facts.call_qualname(c) or "").startswith("torch.")
                 or (isinstance(c.func, ast.Attribute) and facts.call_qualname(c) is None and c.func.attr in KEEPING_METHODS)

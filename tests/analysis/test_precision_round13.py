@@ -344,3 +344,59 @@ def test_a_setting_named_after_a_parameter_is_a_number():
         GF304,
     )
     assert "no_grad" in fixed
+
+
+# -- GF304: `p.grad = p.grad.float()` records no graph where no `.grad` can require grad -------------
+STEP = """\
+import torch
+class Opt(torch.optim.Optimizer):
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group['params']:
+                half = p.data.dtype == torch.float16
+                if half:
+                    p.data = p.data.float()
+                    p.grad = p.grad.float()
+                p.data.add_(p.grad.data, alpha=-group['lr'])
+                if half:
+                    p.data = p.data.half()
+                    p.grad = p.grad.half()
+{tail}"""
+
+
+def test_a_grad_cast_in_an_optimizer_step_lets_the_step_be_decorated():
+    # tabular-dl's AdaBelief: the casts kept the update in one `with` per parameter
+    fixed = _fix(STEP.format(tail=""), GF304)
+    assert "@torch.no_grad()\n    def step" in fixed and "with torch.no_grad()" not in fixed
+
+
+def test_a_grad_cast_where_grads_may_require_grad_is_not_graph_free():
+    tail = "def hvp(loss, params):\n    return torch.autograd.grad(loss, params, create_graph=True)\n"
+    fixed = _fix(STEP.format(tail=tail), GF304)
+    assert "@torch.no_grad()\n    def step" not in fixed
+
+
+def test_an_item_of_a_loaders_dataset_is_a_batch():
+    # Beta-VAE's `self.data_loader.dataset.__getitem__(i)`, and `dataset[i]`
+    fixed = _fix(
+        """\
+        from torch.autograd import Variable
+        class Solver:
+            def viz(self, encoder, i, dataset):
+                img = self.data_loader.dataset.__getitem__(i)
+                img = Variable(img, volatile=True).unsqueeze(0)
+                other = Variable(dataset[i]).unsqueeze(0)
+                return encoder(img), encoder(other)
+        """,
+        Settings(select=("GF401", "GF402"), unsafe_fixes=True),
+    )
+    assert "img = img.unsqueeze(0)" in fixed and "other = dataset[i].unsqueeze(0)" in fixed
+    assert "detach" not in fixed
+
+
+def test_a_grad_given_another_tensor_keeps_its_history():
+    # fairseq's legacy DDP: `p.grad = buffer[..].view_as(p).clone()`: whatever `buffer` is, the
+    # `.grad` would hold its history outside no_grad, so the statement stays outside the block
+    source = STEP.replace("p.grad = p.grad.float()", "p.grad = self.buffer.view_as(p).clone()")
+    fixed = _fix(source.format(tail=""), GF304)
+    assert "@torch.no_grad()\n    def step" not in fixed
