@@ -728,6 +728,13 @@ def _block_fields(kind: type) -> tuple[str, ...]:
     return fields
 
 
+def parameter_names(func, star: bool = True) -> set[str]:
+    """The names ``func``'s parameters bind; ``*args`` and ``**kwargs`` only with ``star``."""
+    a = func.args
+    named = (*a.posonlyargs, *a.args, *a.kwonlyargs)
+    return {p.arg for p in ((*named, a.vararg, a.kwarg) if star else named) if p is not None}
+
+
 def bound_names(target: ast.AST) -> list[str]:
     """Variables a target binds (tuples unpacked); ``a.b`` / ``a[i]`` bind none: they mutate
     an object. Unlike :func:`target_names`, where ``a.b = v`` makes ``a`` depend on ``v``."""

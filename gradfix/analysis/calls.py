@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions, seen_by_calls
 from gradfix.analysis.statements import own_nodes
 from gradfix.analysis.vocabulary import owner_class
-from gradfix.facts import FileFacts
+from gradfix.facts import FileFacts, parameter_names
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _BUILTINS = frozenset(dir(builtins))
@@ -225,8 +225,7 @@ def _all_bindings(facts: FileFacts, scope, name: str) -> Binding:
     info = facts.scope_of_node[root]
     defs, other = [], name in info.imports
     if scope is not None:
-        a = scope.args
-        other = other or name in {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+        other = other or name in parameter_names(scope)
     for node in own_nodes(facts.tree if scope is None else scope):
         if isinstance(node, _DEFS) and node.name == name:
             defs.append(node)

@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass
 
 from gradfix.analysis.statements import torch_reachable
-from gradfix.facts import bound_names
+from gradfix.facts import bound_names, parameter_names
 
 HELPER_NAME = "_with_grad"
 # Calls that inspect or depend on the calling frame: moving them into a helper changes them.
@@ -209,8 +209,7 @@ def plan_extraction(facts, anchor: ast.stmt, moved: list[ast.stmt], first_line: 
     bound_at: dict[str, list[int]] = {}
     for name, line in func_scan.binds:
         bound_at.setdefault(name, []).append(line)
-    args = func.args
-    params_of_func = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a}
+    params_of_func = parameter_names(func)
     declared = facts.scope_of_node[func].globals
 
     def bound_before(name: str) -> bool:

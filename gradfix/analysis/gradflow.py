@@ -45,7 +45,7 @@ from gradfix.analysis.vocabulary import (
     is_data_iterable,
     parameter_free_loss_class,
 )
-from gradfix.facts import FileFacts, GradRegion, dotted_name, literal_bool, target_names
+from gradfix.facts import FileFacts, GradRegion, dotted_name, literal_bool, parameter_names, target_names
 
 # A status is a frozenset of grad-disabled regions (their owner nodes) the value was computed
 # in: empty = grad-free data (labels, constants), non-empty = grad-free because of those
@@ -597,8 +597,7 @@ def _may_hold_parameters(facts: FileFacts, value: ast.AST, bound: dict) -> bool:
 def _calls_foreign_module(facts: FileFacts, func, bound: dict) -> bool:
     """A function that calls something it neither receives nor makes: a global model, ``self.net``
     (torch, builtins and parameter-free criteria of this file excepted)."""
-    a = func.args
-    local = {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+    local = parameter_names(func)
     local |= {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     local.discard("self")
     for node in ast.walk(func):

@@ -36,7 +36,7 @@ from gradfix.analysis.vocabulary import (
     owner_class,
     steps_optimizer,
 )
-from gradfix.facts import FileFacts, GradRegion, bound_names, dotted_name, literal_bool
+from gradfix.facts import FileFacts, GradRegion, bound_names, dotted_name, literal_bool, parameter_names
 
 
 def own_calls(facts: FileFacts, scope) -> list[ast.Call]:
@@ -248,8 +248,7 @@ def fresh_local(facts: FileFacts, name: str, at: ast.AST):
     scope = _binding_scope(facts, name, at)
     if scope is None or scope is _ANY or not isinstance(scope, FUNCTIONS):
         return None
-    args = scope.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
+    params = parameter_names(scope)
     root = name.split(".", 1)[0]
     if root in params and not _rebound_parameter(facts, scope, root, at):
         return None
@@ -322,13 +321,13 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
                 if helper is own:
                     continue
                 params = passed_names(helper, call, (name,))
-                if name.split(".", 1)[0] not in _parameter_names(helper):
+                if name.split(".", 1)[0] not in parameter_names(helper, star=False):
                     params.discard(name)  # the helper's own global of that name is another object
                 for param in params:
                     if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, helper) for e in trained.get(param, ())):
                         nodes.append(call)
         return list(dict.fromkeys(nodes))
-    if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in _parameter_names(func):
+    if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in parameter_names(func, star=False):
         # every call hands the parameter itself (not `model.inference`, a method or part of it,
         # judged through its prefix) an object of the caller's own: what is known of those
         handed = _handed_own_objects(facts, func, name) if "." not in name else []
@@ -395,7 +394,7 @@ def _handed_non_modules(facts: FileFacts, name: str, func, depth: int) -> bool:
     """``name`` roots in a parameter of ``func`` that ``func`` never rebinds, and every call of
     ``func`` from elsewhere in the file hands it something that is no nn.Module."""
     root = name.split(".", 1)[0]
-    if not isinstance(func, FUNCTIONS) or root not in _parameter_names(func) or root in _stores(facts, func):
+    if not isinstance(func, FUNCTIONS) or root not in parameter_names(func, star=False) or root in _stores(facts, func):
         return False
     calls = outside_callers(facts, func)
     for call in calls:
@@ -544,7 +543,7 @@ def passed_names(func, call: ast.Call, names: tuple[str, ...]) -> set[str]:
     the call hands them to, and the names themselves unless a parameter of ``func`` shadows
     them (`def evaluate(model)` called as `evaluate(eval_model)` switches `eval_model`, not the
     caller's `model`); `self.x` stays `self.x` (a method called on the same object)."""
-    shadowing = _parameter_names(func)
+    shadowing = parameter_names(func, star=False)
     inside = {n for n in names if n.split(".", 1)[0] in ("self", "cls") or n.split(".", 1)[0] not in shadowing}
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
     if isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"]):
@@ -642,7 +641,7 @@ def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:
     every path to its call; a `.train()` does not count for an evaluation (`model.train();
     evaluate(model)` is the bug, not a caller owning the mode)."""
     allowed = {EVAL, UNSET} if EVALISH.search(func.name) else {EVAL, UNSET, TRAIN}
-    params = _parameter_names(func)
+    params = parameter_names(func, star=False)
     for call in callers(facts, func):
         scope = facts.function_of.get(call)
         if scope is func or isinstance(scope, ast.Lambda):
@@ -896,7 +895,7 @@ def _aliasing_switches(facts: FileFacts, scope, names: set[str], skip: set[int])
     unknown."""
     if not isinstance(scope, FUNCTIONS) or outside_callers(facts, scope):
         return []
-    params = _parameter_names(scope) - {"self", "cls"}
+    params = parameter_names(scope, star=False) - {"self", "cls"}
     if {n.split(".", 1)[0] for n in names} & (params | {"self", "cls"}):
         return []
     return [ModeItem(s.call, "unknown") for s in own_switches(facts, scope) if id(s.call) not in skip and s.receiver in params]
@@ -1455,7 +1454,7 @@ def _sensitivity(facts: FileFacts, module: str, at: ast.AST, depth: int, busy: f
                         verdicts.append(_value_verdict(facts, sens, names, value.elts[index], None, node, depth, busy, attr))
                     else:
                         verdicts.append(_value_verdict(facts, sens, names, value, index, node, depth, busy, attr))
-    if isinstance(scope, FUNCTIONS) and module in _parameter_names(scope):
+    if isinstance(scope, FUNCTIONS) and module in parameter_names(scope, star=False):
         for call in outside_callers(facts, scope):
             arg = argument_for(scope, call, module)
             if isinstance(arg, ast.Name) and unbound(facts, arg):
@@ -1513,7 +1512,7 @@ def _passed_through(facts: FileFacts, func) -> str | None:
 
 def _passed_through_param(facts: FileFacts, func) -> str | None:
     """:func:`_passed_through` itself."""
-    params = _parameter_names(func)
+    params = parameter_names(func, star=False)
     returns = [n for n in ast.walk(func) if isinstance(n, ast.Return) and facts.function_of.get(n) is func]
     if not returns or any(r.value is None for r in returns) or _yields(facts, func):
         return None
@@ -1581,11 +1580,6 @@ def _value_verdict(facts, sens: Sensitivity, names, value: ast.AST, index: int |
     if alias is not None:  # `model = model.cuda()`, `net = model`: the same module
         return _sensitivity(facts, alias, node, depth + 1, busy | {node}, attr)
     return _expression_verdict(sens, names, value, attr)
-
-
-def _parameter_names(func) -> set[str]:
-    a = func.args
-    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)}
 
 
 def _class_key(facts: FileFacts, module: str, at: ast.AST):
@@ -1742,7 +1736,7 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
     """Every call of ``scope`` in the file hands in, for its parameter ``module``, a module in
     train mode there on every path (just built, or `.train()`-ed; `fit(Net(), data)` too), and
     there is one."""
-    if scope is None or module not in _parameter_names(scope):
+    if scope is None or module not in parameter_names(scope, star=False):
         return False
     outside = outside_callers(facts, scope)
     for call in outside:
@@ -1791,7 +1785,7 @@ def optimized_modules(facts: FileFacts, scope, steps: list[ast.Call]) -> set[str
         if receiver is None:
             return None
         found = _stepped_modules(facts, scope, receiver, step)
-        if found is None and isinstance(scope, FUNCTIONS) and receiver in _parameter_names(scope):
+        if found is None and isinstance(scope, FUNCTIONS) and receiver in parameter_names(scope, star=False):
             found = _handed_in_optimizer(facts, scope, receiver)
         if found is None:
             return None
@@ -1812,7 +1806,7 @@ def _handed_in_optimizer(facts: FileFacts, scope, param: str) -> set[str] | None
         found = _stepped_modules(facts, facts.function_of.get(call), name, call) if name else None
         if found is None:
             return None
-        for p in _parameter_names(scope):
+        for p in parameter_names(scope, star=False):
             passed = dotted_name(argument_for(scope, call, p))
             for module in found if passed else ():
                 if module == passed or module.startswith(passed + "."):
@@ -1851,7 +1845,7 @@ def built_here(facts: FileFacts, scope, module: str) -> list[ast.stmt]:
     source order; empty for a parameter, a global, an attribute or module-level code."""
     if scope is None or "." in module:
         return []
-    params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args, *scope.args.kwonlyargs)}
+    params = parameter_names(scope, star=False)
     if module in params or module in facts.scope_of_node[scope].globals:
         return []
     return list(_stores(facts, scope).get(module, ()))
@@ -1994,8 +1988,7 @@ def other_global(facts: FileFacts, scope, module: str, node: ast.AST) -> bool:
     if scope is None or not isinstance(node, ast.Call) or facts.function_of.get(node) is not None:
         return False
     root = module.split(".", 1)[0]
-    args = scope.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    params = parameter_names(scope, star=False)
     if root not in params:
         return False
     for call in facts.calls:

@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from gradfix.facts import FileFacts, dotted_name
+from gradfix.facts import FileFacts, dotted_name, parameter_names
 
 VARIABLE = "torch.autograd.Variable"
 
@@ -646,8 +646,7 @@ def _returned_parameter(func) -> str | None:
     none."""
     from gradfix.analysis.statements import own_nodes
 
-    args = func.args
-    params = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    params = parameter_names(func, star=False)
     own = own_nodes(func)
     found: set[str] = set()
     for node in own:
@@ -797,9 +796,7 @@ def bound_definitions(facts: FileFacts, func, name: ast.Name, definitions: froze
     if UNKNOWN not in definitions or len(definitions) < 2 or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return definitions
     scope = facts.scope_of_node.get(func)
-    args = func.args
-    parameters = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
-    if scope is None or name.id not in scope.locals or name.id in parameters or name.id in scope.globals:
+    if scope is None or name.id not in scope.locals or name.id in parameter_names(func) or name.id in scope.globals:
         return definitions
     return definitions - {UNKNOWN}
 
@@ -1067,7 +1064,7 @@ def _loader_parameter(facts: FileFacts, func, name: ast.Name, depth: int) -> boo
 
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
-    if name.id not in {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)}:
+    if name.id not in parameter_names(func, star=False):
         return False
     calls = outside_callers(facts, func)
     arguments = [argument_for(func, call, name.id) for call in calls]

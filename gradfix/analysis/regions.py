@@ -12,6 +12,8 @@ import ast
 import builtins
 import re
 
+from gradfix.facts import parameter_names
+
 # Attributes that compute a new tensor view (recorded by autograd outside no_grad).
 _VIEW_ATTRS = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # Builtins whose result does not depend on the grad mode (when not shadowed).
@@ -507,8 +509,7 @@ def _integer_name(facts, name: ast.Name, seen: frozenset) -> bool:
     func = facts.function_of.get(name)
     if name.id in seen or func is None or isinstance(func, ast.Lambda):
         return name.id in seen
-    args = func.args
-    if name.id in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}:
+    if name.id in parameter_names(func):
         return False
     seen = seen | {name.id}
     bound = False

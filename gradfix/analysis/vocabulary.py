@@ -24,7 +24,7 @@ import ast
 import re
 
 from gradfix.analysis.project import MODULE_RETURNS_SELF  # nn.Module methods that return the module
-from gradfix.facts import FileFacts, dotted_name, literal_bool
+from gradfix.facts import FileFacts, dotted_name, literal_bool, parameter_names
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -130,7 +130,7 @@ def closure_evaluation(facts: FileFacts, func, stmt: ast.stmt) -> list[ast.stmt]
     under ``torch.enable_grad()`` inside its ``@torch.no_grad()``. None: ``stmt`` is not one."""
     if func is None or isinstance(func, ast.Lambda):
         return None
-    params = {a.arg for a in (*func.args.posonlyargs, *func.args.args, *func.args.kwonlyargs)} - {"self", "cls"}
+    params = parameter_names(func, star=False) - {"self", "cls"}
     if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body:
         parts = [closure_evaluation(facts, func, s) for s in stmt.body]
         test_names = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
