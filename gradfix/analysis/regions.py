@@ -23,6 +23,9 @@ _INERT_QUALNAMES = frozenset(
         "os.path.join",
         "os.fspath",
         "pathlib.Path",
+        "torch.device",
+        "torch.cuda.is_available",
+        "torch.cuda.device_count",
         "torch.cuda.memory_allocated",
         "torch.cuda.max_memory_allocated",
         "torch.cuda.memory_reserved",
@@ -63,6 +66,8 @@ def is_inert(facts, expr: ast.AST | None) -> bool:
         return all(is_inert(facts, e) for e in expr.elts)
     if isinstance(expr, ast.Starred):
         return is_inert(facts, expr.value)
+    if isinstance(expr, ast.IfExp):  # `"cuda" if torch.cuda.is_available() else "cpu"`
+        return all(is_inert(facts, e) for e in (expr.test, expr.body, expr.orelse))
     if isinstance(expr, ast.Dict):
         return all(is_inert(facts, k) for k in expr.keys) and all(is_inert(facts, v) for v in expr.values)
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Div, ast.Mod)):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from gradfix.lazy import cst
 
 from gradfix.analysis.insertion import body_start
+from gradfix.analysis.regions import records_no_graph
 from gradfix.analysis.scripts import entry_point, generator_functions, standalone_script, under_main_guard
 from gradfix.analysis.statements import handler_of, statement_block, torch_at_definition
 from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, own_toggles, saved_mode_names
@@ -102,7 +103,8 @@ class GlobalGradToggle(Rule):
     after it that closes an earlier one is removed as well. Literals always map to
     `no_grad`/`enable_grad` in every form (the decorator form of rules.md does the same);
     GF205 is the matching style rule for hand-written `with torch.set_grad_enabled(False)`.
-    A single toggle that is the first statement of the function (after a docstring), or a
+    A single toggle that is the first statement of the function (after a docstring and
+    statements that do the same in any grad mode: `device = torch.device(..)`), or a
     pair that spans the whole body (the closer is its last statement, with no comment to keep),
     with a literal argument, becomes a decorator `@torch.no_grad()` / `@torch.enable_grad()`
     instead of re-indenting the body; a
@@ -312,6 +314,29 @@ class GlobalGradToggle(Rule):
                 """Run."""
                 return model(x)
             ''',
+        ),
+        # Only grad-neutral statements before the toggle -> still the decorator (AST's `train()`).
+        Invalid(
+            """
+            import torch
+
+            def train(model, loader):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                print("running on " + str(device))
+                torch.set_grad_enabled(True)
+                for x in loader:
+                    model(x.to(device)).sum().backward()
+            """,
+            """
+            import torch
+
+            @torch.enable_grad()
+            def train(model, loader):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                print("running on " + str(device))
+                for x in loader:
+                    model(x.to(device)).sum().backward()
+            """,
         ),
         # A pair that spans the whole body -> the decorator (EDSR's `test()` shape).
         Invalid(
@@ -684,7 +709,7 @@ class GlobalGradToggle(Rule):
             decorator = (
                 spans_body
                 and block is func.body
-                and opener.stmt is body_start(block)
+                and _neutral_before(facts, block, opener.stmt)
                 and opener.mode is not None
                 and _decorator_ok(facts, func, opener.call)
                 and torch_at_definition(facts, func)  # a decorator runs when the def does
@@ -933,3 +958,14 @@ def _without_leading_blanks(lines) -> list:
     while lines and lines[0].comment is None:
         lines.pop(0)
     return lines
+
+
+def _neutral_before(facts: FileFacts, block: list[ast.stmt], stmt: ast.stmt) -> bool:
+    """``stmt`` starts the function's body (after its docstring), or only statements that do
+    the same in any grad mode come before it (`device = torch.device(..)`, `print(..)`): the
+    function itself is then the toggle's scope."""
+    start = body_start(block)
+    if start is None or stmt not in block:
+        return False
+    before = block[block.index(start) : block.index(stmt)]
+    return all(records_no_graph(facts, s) for s in before)
