@@ -632,8 +632,21 @@ def _managed_by_enclosing(facts: FileFacts, func, names: tuple[str, ...]) -> boo
             calls = [c for c in own_calls(facts, outer) if inner in callees(facts, c).defs]
             if not calls or any(_set_at(facts, outer, c, set(names), {EVAL, UNSET}) for c in calls):
                 return True
+        if _only_eval_in(facts, outer, names):
+            return True
         inner = outer
     return False
+
+
+def _only_eval_in(facts: FileFacts, outer, names: tuple[str, ...]) -> bool:
+    """``outer`` binds the module itself, and everything it does to its mode leaves it in eval
+    mode (`model = AutoModel.from_pretrained(..)`, then only moves): a nested def that reads it,
+    whenever it runs, sees it in eval mode (before the binding the read would raise NameError)."""
+    root = names[0].split(".", 1)[0]
+    if root not in facts.scope_of_node[outer].locals or root in parameter_names(outer):
+        return False
+    items = evaluation_items(facts, outer, set(names))
+    return bool(items) and all(i.kind == "eval" and not i.modes for i in items)
 
 
 def _managed_by_caller(facts: FileFacts, func, names: tuple[str, ...]) -> bool:

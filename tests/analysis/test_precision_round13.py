@@ -400,3 +400,34 @@ def test_a_grad_given_another_tensor_keeps_its_history():
     source = STEP.replace("p.grad = p.grad.float()", "p.grad = self.buffer.view_as(p).clone()")
     fixed = _fix(source.format(tail=""), GF304)
     assert "@torch.no_grad()\n    def step" not in fixed
+
+
+# -- GF104: a closure sees its enclosing function's module as that function leaves it ---------------
+CLOSURE = """\
+import torch
+import torch.nn as nn
+from transformers import AutoModel
+
+def main(name, engine):
+    model = {build}
+    model = model.to("cpu")
+
+    def batcher(batch):
+        with torch.no_grad():
+            return model(**batch).pooler_output
+
+    engine.run(batcher)
+"""
+
+
+def test_a_closure_over_a_pretrained_model_evaluates_it_in_eval_mode():
+    # SimCSE's evaluation.py: `from_pretrained` returns the model in eval mode, and main never
+    # switches it, so the callback handed to SentEval sees eval mode
+    assert _codes(CLOSURE.format(build="AutoModel.from_pretrained(name)"), GF104) == []
+
+
+def test_a_closure_over_a_model_built_in_train_mode_is_still_reported():
+    source = CLOSURE.format(build="nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))").replace(
+        '    engine.run(batcher)', '    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    model(x).sum().backward()\n    opt.step()\n    engine.run(batcher)'
+    )
+    assert [c for c, _ in _codes(source, GF104)] == ["GF104"]
