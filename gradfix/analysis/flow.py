@@ -46,8 +46,12 @@ class ForwardFlow:
         loops_may_skip: bool = False,
         refine: Callable[[ast.expr, State, bool], State] | None = None,
         last_iteration: frozenset[int] = frozenset(),
+        iteration: Callable[[ast.stmt, State], State] | None = None,
     ):
         self.effect = effect
+        # what a loop's header does again before each later iteration: a `for` binds its target
+        # anew, a `while` evaluates its test again (default: the header's whole ``effect``)
+        self.iteration = iteration or effect
         self.refine = refine
         # ids of the `if` statements that end a loop's body and hold only on its last iteration
         # (:func:`last_iteration_ifs`): their body hands nothing to a next iteration
@@ -118,12 +122,15 @@ class ForwardFlow:
             self._loops.append(([], [], []))
             end = self._block(loop.body, head)
             breaks, continues, last = self._loops.pop()
-            again = end.union(*continues)  # what an iteration hands to the next one
+            handed = end.union(*continues)  # what an iteration hands to the next one
+            again = self.iteration(loop, handed) if handed else handed
             if head | again == head:
                 break
             head |= again
         forever = isinstance(loop, ast.While) and isinstance(loop.test, ast.Constant) and bool(loop.test.value)
-        normal = NOWHERE if forever else self._block(loop.orelse, (head if self.loops_may_skip else again).union(*last))
+        # an exhausted `for` binds nothing more; a `while` evaluates its test once more to leave
+        done = again if isinstance(loop, ast.While) else handed
+        normal = NOWHERE if forever else self._block(loop.orelse, (head if self.loops_may_skip else done).union(*last))
         return normal.union(*breaks)
 
     def _return(self, state: State) -> None:

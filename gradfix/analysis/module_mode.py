@@ -1170,6 +1170,14 @@ def _run_flow(facts: FileFacts, scope, items: list[ModeItem], entry: str) -> For
             state = item.apply(state)
         return state
 
+    def iteration(loop: ast.stmt, state: frozenset) -> frozenset:
+        # each iteration of `for model in models:` binds another module; the iterable's own
+        # calls ran once, before the first
+        for item in by_stmt.get(id(loop), ()):
+            if item.node is loop or isinstance(loop, ast.While):
+                state = item.apply(state)
+        return state
+
     body = facts.tree.body if scope is None else getattr(scope, "body", [])
     if not isinstance(body, list):
         body = []  # a lambda
@@ -1180,7 +1188,7 @@ def _run_flow(facts: FileFacts, scope, items: list[ModeItem], entry: str) -> For
     refine = InstanceTests(lambda test: id(test) in guards, lambda state: state, lambda state: frozenset({NOT_MODULE})) if guards else None
     # `if i == len(steps) - 1: model.eval(); validate(model)` ends the epoch: no step follows
     last = facts.memo(("module_mode.last_iteration", id(scope)), lambda: last_iteration_ifs(body))
-    return ForwardFlow(body, frozenset({entry}), effect, before, refine=refine, last_iteration=last)
+    return ForwardFlow(body, frozenset({entry}), effect, before, refine=refine, last_iteration=last, iteration=iteration)
 
 
 def _module_tests(facts: FileFacts, scope) -> list[ast.Call]:
