@@ -79,8 +79,9 @@ PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED})  # surely needs no grad; B
 ASSUMED = "assumed"
 # Names of parameters, buffers and gradients by the usual conventions (`weight`, `p`, `running_mean`).
 PARAMETER_NAME = re.compile(r"param|weight|bias|grad|theta|running_(mean|var)|^(p|w|W|b)\d*$", re.IGNORECASE)
-# ... unless a word of the name makes it a setting: `max_grad_norm`, `weight_decay`, `grad_clip`
-_SETTING_WORD = re.compile(r"(^|_)(max|min|clip|norm|decay|lr|rate|eps|thresh|threshold|coef|coeff|factor|momentum)(_|$)", re.IGNORECASE)
+# ... unless a word of the name makes it a setting: `max_grad_norm`, `weight_decay`, `grad_clip`,
+# `center_loss_weight`, `grad_scale`
+_SETTING_WORD = re.compile(r"(^|_)(max|min|clip|norm|decay|lr|rate|eps|thresh|threshold|coef|coeff|factor|momentum|loss|scale)(_|$)", re.IGNORECASE)
 
 
 def _parameter_like(name: str) -> bool:
@@ -570,6 +571,9 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         if isinstance(node, ast.Call) and (handed := passed_through(facts, node)) is not None:
             node = handed  # `cuda(x, use_cuda)`: the helper gives `x` back, moved or not
             continue
+        if isinstance(node, ast.Call) and node.args and (facts.call_qualname(node) or "").startswith("torch.nn.init."):
+            node = node.args[0]  # `init.normal(torch.Tensor(n, 2))`: fills its argument in place, gives it back
+            continue
         break
     if isinstance(node, ast.Name):
         return _name_origin(facts, node, seen, depth, conv)
@@ -682,6 +686,8 @@ def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
     number builtin (``max(a.data, 0)``) or a tensor method (``h.data.sum(1)``) whose every operand
     is one of those. Anything else (an operand gradfix cannot follow, a method that may make its
     result require grad) is unknown."""
+    if isinstance(node, ast.Call) and _number(facts, node):
+        return Origin(COMPUTED)  # `len(x)`, `dist.get_world_size()`: a Python int
     if isinstance(node, ast.BinOp):
         operands = [node.left, node.right]
     elif isinstance(node, ast.UnaryOp):

@@ -197,7 +197,8 @@ _NO_GRAPH_METHODS = frozenset(
 def computes_no_graph(facts, expr: ast.AST | None) -> bool:
     """Evaluating ``expr`` under ``no_grad`` gives the same result, and runs nothing that
     autograd could record into a value that outlives it: :func:`is_inert` plus comparisons,
-    ``and``/``or``/``not``, arithmetic and subscripts of such values, ``math.*``, ``numpy.*``, and the calls
+    ``and``/``or``/``not``, arithmetic and subscripts of such values, ``math.*``, ``numpy.*``,
+    ``operator.*`` and ``functools.reduce`` of such values, and the calls
     above (``isinstance(m, nn.Conv2d)``, ``m.weight.size(1)``, ``model.modules()``). Arithmetic
     may still build a tensor: :func:`~gradfix.analysis.insertion.plan_no_grad` checks that nothing it binds
     is read outside the block."""
@@ -231,8 +232,11 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
         if not (all(computes_no_graph(facts, a) for a in expr.args) and all(computes_no_graph(facts, k.value) for k in expr.keywords)):
             return False
         func = expr.func
-        if (facts.qualname(func) or "").startswith(("math.", "numpy.")):  # autograd never sees these
+        qual = facts.qualname(func) or ""
+        if qual.startswith(("math.", "numpy.")):  # autograd never sees these
             return True
+        if qual.startswith("operator.") or qual == "functools.reduce":
+            return True  # arithmetic, as its operators (`reduce(operator.mul, m.kernel_size, 1)`)
         if isinstance(func, ast.Name):
             return func.id in _NO_GRAPH_BUILTINS and is_builtin(facts, func.id, func)
         return isinstance(func, ast.Attribute) and func.attr in _NO_GRAPH_METHODS and computes_no_graph(facts, func.value)
@@ -477,12 +481,17 @@ def same_under_no_grad(facts, expr: ast.AST) -> bool:
 
 
 _INT_METHODS = frozenset("numel nelement dim ndimension".split())
+# torch functions that return a Python int
+_INT_FUNCTIONS = frozenset(
+    {"torch.distributed.get_world_size", "torch.distributed.get_rank", "torch.cuda.device_count", "torch.cuda.current_device"}
+)
 _INT_OPS = (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod)
 
 
 def integer_valued(facts, expr: ast.AST, seen: frozenset = frozenset()) -> bool:
     """``expr`` is surely a Python ``int``: an int literal, ``t.numel()``, ``t.dim()``,
     ``t.size(i)``, ``t.shape[i]``, ``len(..)``, ``int(..)`` of what :func:`computes_no_graph`,
+    ``dist.get_world_size()`` and the other :data:`_INT_FUNCTIONS`,
     ``+ - * // %`` of those, or a local name every
     binding of which in its function is one (``ptr = 0`` ... ``ptr += num_w``: a weight loader's
     offset). Not a parameter (a caller may pass a tensor)."""
@@ -498,6 +507,8 @@ def integer_valued(facts, expr: ast.AST, seen: frozenset = frozenset()) -> bool:
             return is_builtin(facts, "int", func) and all(computes_no_graph(facts, a) for a in expr.args)
         if isinstance(func, ast.Name):
             return func.id == "len" and is_builtin(facts, "len", func)
+        if facts.qualname(func) in _INT_FUNCTIONS:
+            return True
         if isinstance(func, ast.Attribute) and func.attr in _INT_METHODS:
             return not expr.args and not expr.keywords
         if isinstance(func, ast.Attribute) and func.attr == "size":

@@ -462,8 +462,9 @@ def test_a_loop_that_reduces_and_scales_grads_goes_under_one_no_grad():
         """\
         import torch
         import torch.distributed as dist
+        from utils import get_world_size
         def gather_grad(params):
-            world_size = dist.get_world_size()
+            world_size = get_world_size()  # a helper's result: may be anything
             for param in params:
                 if param.grad is not None:
                     dist.all_reduce(param.grad.data, op=dist.ReduceOp.SUM)
@@ -474,7 +475,8 @@ def test_a_loop_that_reduces_and_scales_grads_goes_under_one_no_grad():
     assert "    with torch.no_grad():\n        for param in params:\n" in fixed, fixed
     assert fixed.count("no_grad") == 1
     # a divisor handed in is a hyperparameter: a `.grad` write then needs no `no_grad` at all
-    handed = source.replace("def gather_grad(params):\n    world_size = dist.get_world_size()\n", "def gather_grad(params, world_size):\n")
+    handed = source.replace("def gather_grad(params):\n    world_size = get_world_size()  # a helper's result: may be anything\n", "def gather_grad(params, world_size):\n")
+    assert handed != source
     assert "no_grad" not in _fix(handed, Settings(select=("GF304",), unsafe_fixes=True))
 
 
