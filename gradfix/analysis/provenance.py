@@ -1096,23 +1096,51 @@ def sole_holder(facts: FileFacts, read: ast.Name | ast.Attribute) -> bool:
         return _shared_sole_holder(facts, read)
     if not definitions or any(d.kind in ("unknown", "def") for d in definitions):
         return False
-    if read in flow.previous_reads.get(read, ()):
+    # What takes the `Variable(..)` result cannot change its autograd state (`model(Variable(x))`
+    # with a quiet module, `Variable(x).size()`): the alias and the object behave the same there,
+    # so the value may be read again, or the call run again in a loop, and nobody can tell.
+    quiet = _quiet_consumer(facts, read)
+    if read in flow.previous_reads.get(read, ()) and not quiet:
         return False  # a loop runs the call again on the same value
     root = facts.tree if func is None else func
     for node in ast.walk(root):
         if not (isinstance(node, ast.Name) and node.id == read.id) or node is read:
             continue
         if node not in flow.reaching:  # in a nested scope or a comprehension: the value escapes
-            if isinstance(node.ctx, ast.Load):
+            if isinstance(node.ctx, ast.Load) and not _own_local(facts, node):
                 return False
             continue
         if not (flow.reaching[node] & definitions):
             continue  # another value under the same name
-        if read in flow.previous_reads.get(node, ()):
+        if read in flow.previous_reads.get(node, ()) and not quiet:
             return False  # read again after the call (not rebound by it): both would be visible
         if not _harmless_read(facts, node):
             return False
     return True
+
+
+def _variable_call_around(facts: FileFacts, read: ast.expr) -> ast.Call | None:
+    """The ``Variable(..)`` call whose argument ``read`` is (through a chain: ``Variable(g.cuda())``)."""
+    call = facts.parents.get(read)
+    while isinstance(call, (ast.Attribute, ast.Call)) and facts.call_qualname(call) != VARIABLE:
+        call = facts.parents.get(call)
+    return call if isinstance(call, ast.Call) else None
+
+
+def _quiet_consumer(facts: FileFacts, read: ast.expr) -> bool:
+    """The ``Variable(read)`` call asks no ``requires_grad`` and hands its result straight to a
+    use that cannot change its autograd state (:func:`_harmless_read`)."""
+    call = _variable_call_around(facts, read)
+    if call is None or len(call.args) != 1 or call.keywords:
+        return False
+    return _harmless_read(facts, call)
+
+
+def _own_local(facts: FileFacts, node: ast.Name) -> bool:
+    """``node`` reads a parameter of the def it is in (``def f(x): ..`` reading its own ``x``):
+    another variable than an outer ``x``."""
+    func = facts.function_of.get(node)
+    return isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node.id in parameter_names(func)
 
 
 def _shared_sole_holder(facts: FileFacts, read: ast.expr) -> bool:
@@ -1121,10 +1149,8 @@ def _shared_sole_holder(facts: FileFacts, read: ast.expr) -> bool:
     ``Variable(g)`` may become ``g`` when it asks no ``requires_grad`` and what it hands its
     value to cannot make it require grad either (``vgg_mean.type(t.type())``), or when it
     replaces the value it wraps (``self.grid = Variable(self.grid)``: no alias is left)."""
-    call = facts.parents.get(read)
-    while isinstance(call, (ast.Attribute, ast.Call)) and facts.call_qualname(call) != VARIABLE:
-        call = facts.parents.get(call)  # `Variable(g.cuda())`: the call around the chain
-    if not isinstance(call, ast.Call) or len(call.args) != 1 or any(k.arg == "requires_grad" for k in call.keywords):
+    call = _variable_call_around(facts, read)  # `Variable(g.cuda())`: the call around the chain
+    if call is None or len(call.args) != 1 or any(k.arg == "requires_grad" for k in call.keywords):
         return False
     assign = facts.parents.get(call)
     if isinstance(assign, ast.Assign) and len(assign.targets) == 1 and dotted_name(assign.targets[0]) == dotted_name(read):
@@ -1158,10 +1184,127 @@ def _harmless_read(facts, node: ast.expr) -> bool:
     if isinstance(parent, ast.Call) and node in parent.args or isinstance(parent, ast.keyword):
         call = parent if isinstance(parent, ast.Call) else facts.parents.get(parent)
         qual = facts.call_qualname(call) or ""
-        if qual == VARIABLE:
-            return False
+        if qual == VARIABLE:  # another alias: as harmless as what takes it
+            return len(call.args) == 1 and not call.keywords and _harmless_read(facts, call)
         if qual.startswith("torch.") and qual != "torch.nn.Parameter":
             return True
         func = call.func
-        return isinstance(func, ast.Name) and func.id in _HARMLESS_BUILTINS and qual == ""
+        if isinstance(func, ast.Name) and func.id in _HARMLESS_BUILTINS and qual == "":
+            return True
+        return _module_forward(facts, call)
+    return False
+
+
+def _module_forward(facts, call: ast.Call) -> bool:
+    """``call`` runs the forward of a module that leaves its inputs' autograd state alone:
+    ``model(x)``, ``criterion(out, y)``, ``self.net(x)`` where every assignment of that name in
+    the file builds a ``torch.nn`` layer, loss or container of such (``nn.Sequential(...)``), or
+    an instance of a class of the file that never calls ``requires_grad_``/``register_hook``/
+    ``retain_grad`` nor sets ``.requires_grad``/``.grad`` (a forward may only compute with its
+    inputs then, as a detached alias or as the tensor itself). A name that a parameter, a loop,
+    a ``with`` or an import may bind is unknown."""
+    from gradfix.analysis.project import strip_moves
+    from gradfix.analysis.vocabulary import forward_callee
+
+    name = forward_callee(call)
+    if name is None or facts.qualname(call.func):
+        return False
+    if isinstance(call.func, ast.Name) and not facts.assignments_to(name) and name not in _other_bindings(facts):
+        return _quiet_function(facts, name)
+    root = name.split(".", 1)[0]
+    if root != "self":
+        func = facts.function_of.get(call)
+        if func is not None and not isinstance(func, ast.Lambda) and root in parameter_names(func):
+            return False
+        if root in _other_bindings(facts):
+            return False
+    values = [node.value for node in facts.assignments_to(name)]
+    return bool(values) and all(_quiet_module(facts, strip_moves(v), 0) for v in values)
+
+
+def _quiet_function(facts, name: str) -> bool:
+    """``name`` is a top-level def of the file (the only binding of the name) that cannot
+    change its arguments' autograd state: no leaf changer in it, and every read of its
+    parameters is harmless (:func:`_harmless_read`: ``def predict(x): return torch.mm(x, w) +
+    b``); a def under judgement (recursion) is not."""
+    defs = [n for n in facts.tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    if len(defs) != 1:
+        return False
+    func = defs[0]
+    busy = facts.memo(("provenance.quiet_busy",), set)
+    if func in busy:
+        return False
+    busy.add(func)
+    try:
+        if _changes_leaves(func):
+            return False
+        params = parameter_names(func)
+        return all(
+            _harmless_read(facts, node)
+            for node in ast.walk(func)
+            if isinstance(node, ast.Name) and node.id in params and isinstance(node.ctx, ast.Load)
+        )
+    finally:
+        busy.discard(func)
+
+
+def _other_bindings(facts) -> frozenset[str]:
+    """Names the file binds otherwise than by an assignment: parameters, loop and ``with``
+    targets, imports, ``global``, ``except .. as``, comprehension targets."""
+
+    def compute() -> frozenset[str]:
+        found = set()
+        for node in ast.walk(facts.tree):
+            if isinstance(node, ast.arg):
+                found.add(node.arg)
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                found.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                found.update(n.id for n in ast.walk(node.optional_vars) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update((a.asname or a.name).split(".", 1)[0] for a in node.names)
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                found.update(node.names)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                found.add(node.name)
+            elif isinstance(node, ast.NamedExpr):
+                found.add(node.target.id)
+        return frozenset(found)
+
+    return facts.memo(("provenance.other_bindings",), compute)
+
+
+def _quiet_module(facts, value: ast.AST, depth: int) -> bool:
+    """``value`` builds a module whose forward leaves its inputs' autograd state alone (see
+    :func:`_module_forward`)."""
+    if depth > 3 or not isinstance(value, ast.Call):
+        return False
+    qual = facts.call_qualname(value) or ""
+    last = qual.rpartition(".")[2]
+    if qual.startswith("torch.nn.") and last[:1].isupper() and qual != "torch.nn.Parameter":
+        parts = [*value.args, *(k.value for k in value.keywords)]  # `nn.Sequential(Net(), nn.ReLU())`
+        return all(_quiet_module(facts, p, depth + 1) for p in parts if _builds_module(p))
+    if isinstance(value.func, ast.Name) and not qual.count("."):
+        cls = next((n for n in facts.tree.body if isinstance(n, ast.ClassDef) and n.name == value.func.id), None)
+        return cls is not None and not _changes_leaves(cls)
+    return False
+
+
+def _builds_module(expr: ast.AST) -> bool:
+    """``expr`` is a call that may build a module (a class: its name starts with a capital)."""
+    if not isinstance(expr, ast.Call):
+        return False
+    name = dotted_name(expr.func) or ""
+    return name.rpartition(".")[2][:1].isupper()
+
+
+def _changes_leaves(cls: ast.AST) -> bool:
+    """``cls``'s code (a class or a def) may change a tensor's autograd state: a leaf changer, or a write of
+    ``.requires_grad`` or ``.grad``."""
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute):
+            if node.attr in _LEAF_CHANGERS:
+                return True
+            if node.attr in ("requires_grad", "grad") and not isinstance(node.ctx, ast.Load):
+                return True
     return False

@@ -169,3 +169,74 @@ def test_an_init_loop_whose_fan_out_uses_reduce_gets_one_no_grad():
     # branches that only initialise go under one decorator, not one `with` per branch
     fixed = _fix(INIT_LOOP, GF304)
     assert fixed.count("no_grad") == 1 and "@torch.no_grad()\n    def _initialize_weights" in fixed
+
+
+# -- what takes a `Variable(x)` result: a quiet module or function cannot tell x from its alias ---
+TRAINING_LOOP = """\
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.autograd import Variable
+
+x = torch.from_numpy(np.zeros((10, 2))).float()
+y = torch.from_numpy(np.ones((10, 1))).float()
+w = nn.Parameter(torch.randn(2, 1))
+net = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 1))
+criterion = nn.MSELoss()
+
+def linear(x):
+    return torch.mm(x, w)
+
+for e in range(100):
+    out = net(Variable(x)) + linear(Variable(x))
+    loss = criterion(out, Variable(y))
+    loss.backward()
+print(x.shape, y.shape)
+{tail}"""
+
+
+def test_a_fresh_tensor_handed_to_torch_layers_or_a_quiet_def_in_a_loop_loses_its_wrapper():
+    # PyTorch-FastCampus, L1aoXingyu's notebooks: `model(Variable(x))` in a training loop over a
+    # tensor from `torch.from_numpy` becomes `model(x)`: a torch.nn layer, loss or a def that only
+    # computes with its argument cannot change its autograd state, so running the call again or
+    # reading `x` afterwards shows no difference between the alias and the tensor
+    fixed = _fix(TRAINING_LOOP.format(tail=""), GF402)
+    assert "out = net(x) + linear(x)\n" in fixed and "loss = criterion(out, y)\n" in fixed
+    assert "detach" not in fixed
+
+
+def test_a_callee_that_changes_autograd_state_keeps_the_alias():
+    tail = """
+class Tracked(nn.Module):
+    def forward(self, t):
+        t.requires_grad_()
+        return t * 2
+
+def track(t):
+    t.requires_grad = True
+    return t
+
+tracked = Tracked()
+for e in range(3):
+    tracked(Variable(x))
+    track(Variable(y))
+"""
+    fixed = _fix(TRAINING_LOOP.format(tail=tail), GF402)
+    assert "tracked(x.detach())" in fixed and "track(y.detach())" in fixed
+    assert "net(x.detach())" in fixed  # the same `x` reaches a callee that may flag it
+
+
+def test_a_callee_bound_by_a_parameter_is_unknown():
+    fixed = _fix(
+        """
+        import torch
+        from torch.autograd import Variable
+
+        def run(model, steps):
+            x = torch.zeros(3)
+            for _ in range(steps):
+                model(Variable(x))
+        """,
+        GF402,
+    )
+    assert "model(x.detach())" in fixed
