@@ -72,6 +72,8 @@ LOADER_NAME = re.compile(
     re.IGNORECASE,
 )
 _LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
+# Packages whose dataset classes read samples from files: grad-free tensors, like a loader's
+_DATASET_PACKAGES = ("torchvision.datasets.", "torchaudio.datasets.")
 
 FRESH, DATA, DETACHED, COMPUTED, BATCH = "fresh", "data", "detached", "computed", "batch"
 PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED})  # surely needs no grad; BATCH is an assumption
@@ -1033,12 +1035,14 @@ def _combine(parts: list[Origin | None]) -> Origin | None:
 
 
 def loader_iterable(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
-    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``, and
+    """``train_loader``, ``enumerate(loader)``, ``tqdm(val_loader)``, ``DataLoader(...)``, a
+    torchvision/torchaudio dataset (``ImageFolder(...)``, ``datasets.MNIST(...)``), and
     a wrapper handed a loader first (``IteratorTimer(loader)``, ``prefetch(loader, n)``), and a
     name every assignment reaching it binds to one of those."""
     if isinstance(expr, ast.Call):
-        if (facts.qualname(expr.func) or "").endswith("DataLoader"):
-            return True
+        qual = facts.qualname(expr.func) or ""
+        if qual.endswith("DataLoader") or qual.startswith(_DATASET_PACKAGES):
+            return True  # a loader, or a dataset read from files (`dset.MNIST(..)`, `ImageFolder(..)`)
         func = expr.func
         called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
         if called in _LOADER_WRAPPERS:

@@ -240,3 +240,26 @@ def test_a_callee_bound_by_a_parameter_is_unknown():
         GF402,
     )
     assert "model(x.detach())" in fixed
+
+
+def test_a_torchvision_dataset_hands_out_samples_like_a_loader():
+    # PyTorch-FastCampus: `image = mnist_train[0][0].view(..)` of `dset.MNIST(..)`, and
+    # `for idx, (image, label) in enumerate(dset.ImageFolder(..))`: samples read from files
+    fixed = _fix(
+        """
+        import torch.nn as nn
+        import torchvision.datasets as dset
+        import torchvision.transforms as transforms
+        from torch.autograd import Variable
+
+        mnist_train = dset.MNIST("./", train=True, transform=transforms.ToTensor())
+        image = mnist_train[0][0].view(-1, 1, 28, 28)
+        conv = nn.Conv2d(1, 3, 3)
+        out = conv(Variable(image))
+        images = dset.ImageFolder("./images", transforms.ToTensor())
+        for idx, (img, lab) in enumerate(images):
+            x = Variable(img).cuda()
+        """,
+        GF402,
+    )
+    assert "out = conv(image)" in fixed and "x = img.cuda()" in fixed
