@@ -162,6 +162,18 @@ def alone_on_its_lines(facts: FileFacts, first: ast.stmt, last: ast.stmt) -> boo
     return not before.strip() and (not after or after.startswith(b"#"))
 
 
+def one_line_if(facts: FileFacts, stmt: ast.stmt) -> ast.If | None:
+    """The ``if`` whose whole body is ``stmt`` written on the header's line (``if m.bias is not
+    None: m.bias.data.zero_()``), with no ``else`` and no other statement on its line: the unit
+    that moves into a block when ``stmt`` must; None otherwise."""
+    parent = facts.parents.get(stmt)
+    if not (isinstance(parent, ast.If) and parent.body == [stmt] and not parent.orelse):
+        return None
+    if parent.lineno != stmt.lineno or not alone_on_its_lines(facts, parent, parent):
+        return None
+    return parent
+
+
 def alone_on_its_line(facts: FileFacts, stmt: ast.stmt) -> bool:
     """``stmt`` is one line that it fills, apart from indentation and a trailing comment."""
     return stmt.lineno == stmt.end_lineno and alone_on_its_lines(facts, stmt, stmt)

@@ -19,6 +19,7 @@ from gradfix.analysis.statements import (
     decorate_with_no_grad,
     grad_with,
     is_within,
+    one_line_if,
     statement_block,
     torch_reachable,
     wrap_in_no_grad,
@@ -1062,11 +1063,25 @@ class DataMutation(Rule):
             """,
             None,
         ),
-        # A one-line `if`: reported without a fix.
+        # A one-line `if` whose test computes no graph moves under `no_grad` whole.
         Invalid(
             """
             def f(p, reset):
                 if reset: p.data.zero_()
+            """,
+            """
+            import torch
+
+            @torch.no_grad()
+            def f(p, reset):
+                if reset: p.zero_()
+            """,
+        ),
+        # ... but not one whose test records a graph: reported without a fix.
+        Invalid(
+            """
+            def f(p, model, x):
+                if model(x).sum() > 0: p.data.zero_()
             """,
             None,
         ),
@@ -1191,7 +1206,7 @@ class DataMutation(Rule):
                     continue
                 receiver = facts.segment(attr.value)
                 disabled = facts.grad_mode_at(stmt) == "disabled"
-                wrappable = alone_on_its_lines(facts, stmt, stmt) and torch_reachable(facts, stmt, "no_grad")
+                wrappable = _unit(facts, stmt) is not None and torch_reachable(facts, stmt, "no_grad")
                 factory = _factory_write(facts, stmt)
                 if manages_storage(facts, func):
                     yield self.report(facts, stmt, self._message(receiver), no_fix=_STORAGE_REASON)
@@ -1306,7 +1321,8 @@ class DataMutation(Rule):
         groups: list[list[ast.stmt]] = []
         gaps: list[list[ast.stmt] | None] = []  # the statements between a group and the one before
         previous = None
-        for stmt, _ in writes:
+        for write, _ in writes:
+            stmt = _unit(facts, write)
             block = statement_block(facts, stmt)
             body = getattr(*block) if block else []
             index = next((i for i, s in enumerate(body) if s is stmt), None)
@@ -1321,7 +1337,7 @@ class DataMutation(Rule):
         attr_of = dict(writes)
 
         def lone_init(group):
-            return len(group) == 1 and _init_call(facts, group, [(group[0], attr_of[group[0]])]) is not None
+            return len(group) == 1 and group[0] in attr_of and _init_call(facts, group, [(group[0], attr_of[group[0]])]) is not None
 
         merged = groups[:1]
         for group, between in zip(groups[1:], gaps[1:]):
@@ -1369,9 +1385,7 @@ class DataMutation(Rule):
             return [Edit(attr, attr.value)]
         if mode == "init":
             span, function, prefix, _, _ = where
-            stmt = ctx.node_at(span, cst.SimpleStatementLine)
-            expr = stmt.body[0]
-            call = expr.value
+            call = ctx.node_at(span, cst.Expr).value  # on its own line or `if c: w.data.zero_()`
             tensor = call.func.value.value  # `w` of `w.data.normal_`
             init = prefix or f"{ctx.torch_name()}.nn.init"
             new_call = call.with_changes(func=ctx.expr(f"{init}.{function}"), args=[cst.Arg(tensor), *call.args])
@@ -1399,6 +1413,16 @@ class DataMutation(Rule):
             expect=(NewErrorOnly("RuntimeError", "modified by an inplace operation"),),
             downstream=True,
         )
+
+
+def _unit(facts, stmt: ast.stmt) -> ast.stmt | None:
+    """The statement that moves under ``no_grad`` for the write ``stmt``: itself, or the
+    one-line ``if`` it is the body of when that ``if``'s test computes no graph (``if m.bias is
+    not None: m.bias.data.zero_()``); None when it cannot move into a block."""
+    if alone_on_its_lines(facts, stmt, stmt):
+        return stmt
+    owner = one_line_if(facts, stmt)
+    return owner if owner is not None and header_records_no_graph(facts, owner) else None
 
 
 def _data_reads(facts, stmt: ast.stmt, written: ast.Attribute) -> list[ast.Attribute]:

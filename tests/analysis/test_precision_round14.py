@@ -263,3 +263,43 @@ def test_a_torchvision_dataset_hands_out_samples_like_a_loader():
         GF402,
     )
     assert "out = conv(image)" in fixed and "x = img.cuda()" in fixed
+
+
+# -- `if m.bias is not None: m.bias.data.zero_()`: the one-line `if` moves as a whole -------------
+def test_a_write_in_a_one_line_if_joins_the_functions_no_grad():
+    # pytorch-faster-rcnn's normal_init: the bias write on the `if` line stayed a `.data` write
+    # next to a fixed weight init; the `if` (its test computes no graph) goes under no_grad whole
+    fixed = _fix(
+        """
+        import torch.nn as nn
+
+        def normal_init(m, mean, stddev, truncated=False):
+            if m.__class__.__name__.find('Conv') == -1:
+                return
+            if truncated:
+                m.weight.data.normal_().fmod_(2).mul_(stddev).add_(mean)
+            else:
+                m.weight.data.normal_(mean, stddev)
+            if m.bias is not None: m.bias.data.zero_()
+        """,
+        GF304,
+    )
+    assert "@torch.no_grad()\ndef normal_init" in fixed and "    if m.bias is not None: m.bias.zero_()\n" in fixed
+    assert ".data" not in fixed
+
+
+def test_a_lone_write_in_a_one_line_if_becomes_an_init_call():
+    fixed = _fix(
+        """
+        import torch
+
+        def reset(m, x):
+            y = m(x)
+            if m.bias is not None: m.bias.data.zero_()  # reset
+            if m(x).sum() > 0: m.bias.data.zero_()
+            return y
+        """,
+        GF304,
+    )
+    assert "if m.bias is not None: torch.nn.init.zeros_(m.bias)  # reset" in fixed
+    assert "if m(x).sum() > 0: m.bias.data.zero_()" in fixed  # its test records a graph: stays
