@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from gradfix.analysis.vocabulary import INTEGER_METHODS, autograd_unaware_call
 from gradfix.facts import FileFacts, dotted_name, parameter_names
 
 VARIABLE = "torch.autograd.Variable"
@@ -75,8 +76,8 @@ _LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
 # Packages whose dataset classes read samples from files: grad-free tensors, like a loader's
 _DATASET_PACKAGES = ("torchvision.datasets.", "torchaudio.datasets.")
 
-FRESH, DATA, DETACHED, COMPUTED, BATCH = "fresh", "data", "detached", "computed", "batch"
-PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED})  # surely needs no grad; BATCH is an assumption
+FRESH, DATA, DETACHED, COMPUTED, INTEGER, BATCH = "fresh", "data", "detached", "computed", "integer", "batch"
+PROVEN = frozenset({FRESH, DATA, DETACHED, COMPUTED, INTEGER})  # surely needs no grad; BATCH is an assumption
 # A number by convention (see grad_free_operand); never given by origin().
 ASSUMED = "assumed"
 # Names of parameters, buffers and gradients by the usual conventions (`weight`, `p`, `running_mean`).
@@ -459,6 +460,67 @@ def constructor(facts: FileFacts, expr: ast.AST) -> bool | None:
     return None
 
 
+# Integer and bool tensors (pinned in tests/facts/test_gf402_facts.py): only floating and
+# complex tensors can require grad, so one of these carries no graph, whoever holds it.
+_INTEGER_DTYPES = frozenset(f"torch.{n}" for n in "long int int64 int32 short int16 int8 uint8 bool".split())
+_INTEGER_CLASSES = frozenset("LongTensor IntTensor ShortTensor ByteTensor CharTensor BoolTensor".split())
+_INTEGER_CASTS = frozenset("long int short byte char bool".split())  # `x.long()`
+_DTYPE_KEEPING = frozenset(
+    "cuda cpu contiguous view reshape transpose permute t squeeze unsqueeze expand flatten clone detach "
+    "pin_memory zero_ fill_ random_ expand_as view_as reshape_as".split()
+)
+
+
+def integer_tensor(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
+    """``expr`` is a tensor of an integer or bool dtype: ``x.long()``, ``torch.LongTensor(..)``,
+    ``torch.zeros(n, dtype=torch.long)``, ``out.argmax(1)``, ``pred.eq(y)``, moved or viewed
+    (``.cuda()``, ``.to(device)``), or a name every reaching assignment binds to one. Such a
+    tensor can neither require grad nor carry a graph, and writes into it cannot give it one."""
+    if depth > 8:
+        return False
+    if isinstance(expr, ast.Name):
+        func = facts.function_of.get(expr)
+        if isinstance(func, ast.Lambda):
+            return False
+        definitions = reaching_definitions(facts, func).reaching.get(expr)
+        return bool(definitions) and all(d.kind == "assign" and integer_tensor(facts, d.value, depth + 1) for d in definitions)
+    if not isinstance(expr, ast.Call):
+        return False
+    dtype = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
+    qual = facts.call_qualname(expr) or ""
+    prefix, _, last = qual.rpartition(".")
+    if prefix in ("torch", "torch.cuda"):
+        if dtype is not None:
+            return facts.qualname(dtype) in _INTEGER_DTYPES
+        return last in _INTEGER_CLASSES or last in INTEGER_METHODS or last in ("randint", "randperm")
+    if qual or not isinstance(expr.func, ast.Attribute):
+        return False
+    method, receiver = expr.func.attr, expr.func.value
+    if dtype is not None:
+        return method in ("to", "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor") and facts.qualname(dtype) in _INTEGER_DTYPES
+    if method in _INTEGER_CASTS:
+        return not expr.args
+    if method in INTEGER_METHODS:
+        return True
+    if method in ("to", "type") and expr.args:
+        target = facts.qualname(expr.args[0]) or ""
+        if target in _INTEGER_DTYPES or target.rpartition(".")[2] in _INTEGER_CLASSES:
+            return True
+        return method == "to" and _device(facts, expr.args[0]) and integer_tensor(facts, receiver, depth + 1)
+    return method in _DTYPE_KEEPING and integer_tensor(facts, receiver, depth + 1)
+
+
+def _device(facts: FileFacts, expr: ast.AST) -> bool:
+    """``expr`` names a device (``"cuda"``, ``device``, ``args.device``, ``torch.device(..)``),
+    which moves a tensor and keeps its dtype."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str)
+    if isinstance(expr, ast.Call):
+        return facts.call_qualname(expr) == "torch.device"
+    name = dotted_name(expr)
+    return name is not None and "device" in name.rpartition(".")[2].lower()
+
+
 def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
     """``name`` is a global that only ever holds a legacy tensor class: every binding of it in
     the file is a module-level assignment of ``torch.FloatTensor``, ``torch.cuda.LongTensor``...
@@ -550,6 +612,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         assumed = conv.assumption(facts, expr)
         if assumed is not True:
             return assumed
+    if integer_tensor(facts, expr):
+        return Origin(INTEGER)  # no graph, whoever else holds it
     node = expr
     while True:
         if constructor(facts, node) is not None:
@@ -1185,12 +1249,17 @@ def _harmless_read(facts, node: ast.expr) -> bool:
         return value is not None and (isinstance(value, ast.Constant) or (o := origin(facts, value)) is not None and o.kind in PROVEN)
     if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
         return True
+    if isinstance(parent, (ast.List, ast.Tuple)) and isinstance(parent.ctx, ast.Load):
+        holder = facts.parents.get(parent)  # `torch.cat([x, y])`: as harmless as what takes the list
+        if isinstance(holder, ast.Call) and parent in holder.args or isinstance(holder, ast.keyword):
+            return _harmless_read(facts, parent)
+        return False
     if isinstance(parent, ast.Call) and node in parent.args or isinstance(parent, ast.keyword):
         call = parent if isinstance(parent, ast.Call) else facts.parents.get(parent)
         qual = facts.call_qualname(call) or ""
         if qual == VARIABLE:  # another alias: as harmless as what takes it
             return len(call.args) == 1 and not call.keywords and _harmless_read(facts, call)
-        if qual.startswith("torch.") and qual != "torch.nn.Parameter":
+        if qual.startswith("torch.") and qual != "torch.nn.Parameter" or autograd_unaware_call(facts, call):
             return True
         func = call.func
         if isinstance(func, ast.Name) and func.id in _HARMLESS_BUILTINS and qual == "":

@@ -24,7 +24,7 @@ from gradfix.analysis.flow import innermost_statement
 from gradfix.analysis.grad_use import uses_grads
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.regions import header_records_no_graph, records_no_graph
-from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, PROVEN, VARIABLE, constructor, origin, sole_holder
+from gradfix.analysis.provenance import BATCH, COMPUTED, DATA, DETACHED, FRESH, INTEGER, PROVEN, VARIABLE, constructor, origin, sole_holder
 from gradfix.analysis.statements import (
     can_wrap,
     crosses_notebook_cell,
@@ -65,6 +65,7 @@ _EVIDENCE = {
     DATA: "a tensor's `.data`",
     DETACHED: "a detached tensor",
     COMPUTED: "a tensor computed from grad-free tensors",
+    INTEGER: "an integer tensor, which cannot require grad",
 }
 
 

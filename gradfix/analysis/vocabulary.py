@@ -357,11 +357,36 @@ COMPUTE_METHODS = frozenset(
     "gather index_select add sub mul div matmul mm bmm dot sign floor ceil round topk sort "
     "logsumexp amax amin nansum nanmean repeat roll flip where".split()
 )
+# Methods (and torch functions) whose result is an integer or bool tensor: indices and
+# comparisons, which cannot require grad (only floating and complex tensors can).
+INTEGER_METHODS = frozenset("eq ne gt lt ge le isnan isinf isfinite argmax argmin argsort any all nonzero".split())
 # Methods whose result never carries history (detached copies, shapes, integer/bool results).
-DETACHING_METHODS = frozenset(
-    "detach item tolist numpy size dim ndimension numel nelement stride element_size get_device "
-    "eq ne gt lt ge le isnan isinf isfinite argmax argmin any all nonzero".split()
+DETACHING_METHODS = INTEGER_METHODS | frozenset(
+    "detach item tolist numpy size dim ndimension numel nelement stride element_size get_device".split()
 )
+# Libraries that know nothing of autograd: handed a tensor, they read it (plot it, log it,
+# convert it) and can neither make it require grad nor give it a graph.
+AUTOGRAD_UNAWARE = frozenset(
+    "numpy matplotlib visdom tensorboardX torch.utils.tensorboard wandb PIL cv2 scipy sklearn pandas "
+    "seaborn imageio plotly logging".split()
+)
+
+
+def autograd_unaware_call(facts: FileFacts, call: ast.Call) -> bool:
+    """``call`` runs a function of an :data:`AUTOGRAD_UNAWARE` library (``plt.plot(x)``,
+    ``np.asarray(x)``) or a method of an object every assignment of its name builds with one
+    (``viz = Visdom()`` ... ``viz.line(X=x)``; ``writer = SummaryWriter()`` ... ``writer.add_image``)."""
+    qual = facts.call_qualname(call)
+    if qual is None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+        values = _bound_values(facts, call.func.value.id)
+        if not values or not all(isinstance(v, ast.Call) for v in values):
+            return False
+        return all(_unaware(facts.call_qualname(v)) for v in values)
+    return _unaware(qual)
+
+
+def _unaware(qual: str | None) -> bool:
+    return qual is not None and any(qual == p or qual.startswith(p + ".") for p in AUTOGRAD_UNAWARE)
 PARAMETER_ITERATORS = frozenset(
     {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children", "buffers", "named_buffers", "state_dict"}
 )

@@ -303,3 +303,85 @@ def test_a_lone_write_in_a_one_line_if_becomes_an_init_call():
     )
     assert "if m.bias is not None: torch.nn.init.zeros_(m.bias)  # reset" in fixed
     assert "if m(x).sum() > 0: m.bias.data.zero_()" in fixed  # its test records a graph: stays
+
+
+# -- an integer tensor, a list handed to torch, an autograd-unaware library ----------------------
+def test_an_integer_tensor_loses_its_wrapper_whatever_is_written_into_it():
+    # FastCampus's char_tensor kept `tensor.detach().cuda()`: the index writes into the LongTensor
+    # took the name's sole-holder proof away, but an integer tensor can never require grad
+    fixed = _fix(
+        """
+        import torch
+        from torch.autograd import Variable
+
+        def char_tensor(string, chars):
+            tensor = torch.zeros(len(string)).long()
+            for c in range(len(string)):
+                tensor[c] = chars.index(string[c])
+            return Variable(tensor).cuda()
+
+        def step(model, output, target, device):
+            loss = model(output, Variable(target.long().to(device)))
+            pred = Variable(output.argmax(1))
+            mask = Variable(torch.zeros(3, dtype=torch.bool))
+            return loss, pred, mask, Variable(output.float())
+        """,
+        GF402,
+    )
+    assert "return tensor.cuda()" in fixed
+    assert "loss = model(output, target.long().to(device))" in fixed
+    assert "pred = output.argmax(1)" in fixed and "mask = torch.zeros(3, dtype=torch.bool)" in fixed
+    assert "output.float().detach()" in fixed  # a float cast of an unknown value may carry a graph
+
+
+def test_an_integer_tensor_is_named_as_the_evidence():
+    code = "from torch.autograd import Variable\n\ndef f(t):\n    return Variable(t.long())\n"
+    (finding,) = check(code, settings=GF402)
+    assert "an integer tensor" in finding.message
+
+
+def test_a_tensor_in_a_list_handed_to_torch_or_to_a_plotting_library_stays_its_own():
+    # FastCampus's regression notebooks: `x` also went into `torch.cat([x, y_noise], 1)` and
+    # `viz.updateTrace(X=x)` (visdom), neither of which can make it require grad
+    fixed = _fix(
+        """
+        import torch
+        import torch.nn as nn
+        import torch.nn.init as init
+        from torch.autograd import Variable
+        from visdom import Visdom
+        import matplotlib.pyplot as plt
+
+        viz = Visdom()
+        x = init.uniform_(torch.Tensor(100, 1), -10, 10)
+        y = 2 * x + 3
+        data = torch.cat([x, y], 1)
+        viz.scatter(X=data)
+        viz.updateTrace(X=x, Y=y)
+        plt.plot(x.numpy())
+        model = nn.Linear(1, 1)
+        for i in range(10):
+            output = model(Variable(x))
+        """,
+        GF402,
+    )
+    assert "output = model(x)" in fixed
+
+
+def test_a_tensor_handed_to_an_unknown_callee_keeps_its_detach():
+    fixed = _fix(
+        """
+        import torch
+        import torch.nn as nn
+        from torch.autograd import Variable
+        from helpers import prepare
+
+        x = torch.zeros(100, 1)
+        holder = [x]
+        prepare(x)
+        model = nn.Linear(1, 1)
+        output = model(Variable(x))
+        """,
+        GF402,
+    )
+    assert "output = model(x.detach())" in fixed  # `prepare` may call `x.requires_grad_()`

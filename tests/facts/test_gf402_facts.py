@@ -343,3 +343,47 @@ def test_a_numpy_value_carries_no_autograd_history():
     assert not (torch.randn(3) * scale).requires_grad
     with pytest.raises(RuntimeError, match="requires grad"):
         np.sqrt(torch.ones(3, requires_grad=True))  # a tensor with history cannot even go in
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x.long(),
+        lambda x: x.int(),
+        lambda x: x.bool(),
+        lambda x: x.argmax(0),
+        lambda x: x.argsort(),
+        lambda x: x.eq(1),
+        lambda x: x > 0,
+        lambda x: x.nonzero(),
+        lambda x: x.to(torch.long),
+        lambda x: x.type(torch.LongTensor),
+    ],
+)
+def test_an_integer_or_bool_result_carries_no_graph(make):
+    # provenance.integer_tensor: `Variable(target.long())` is `target.long()`, whatever target is
+    x = torch.randn(4, requires_grad=True) * 2  # with a grad_fn
+    result = make(x)
+    assert result.dtype in (torch.int64, torch.int32, torch.bool)
+    assert not result.requires_grad and result.grad_fn is None
+
+
+def test_an_integer_tensor_stays_grad_free_whatever_is_written_into_it():
+    # FastCampus's char_tensor: `tensor = torch.zeros(n).long(); tensor[c] = ...; Variable(tensor)`
+    t = torch.zeros(3).long()
+    t[0] = torch.ones(1, requires_grad=True)[0] * 2
+    t.add_(torch.ones(3, requires_grad=True).long())
+    assert not t.requires_grad and t.grad_fn is None
+    with pytest.raises(RuntimeError, match="floating point"):
+        t.requires_grad_()  # nobody can make it require grad either
+    assert torch.randint(3, (2,)).dtype == torch.int64 and torch.randperm(3).dtype == torch.int64
+
+
+def test_the_integer_dtypes_gradfix_names_are_integer():
+    from gradfix.analysis.provenance import _INTEGER_CLASSES, _INTEGER_DTYPES
+
+    for name in _INTEGER_DTYPES:
+        dtype = getattr(torch, name.split(".", 1)[1])
+        assert not dtype.is_floating_point and not dtype.is_complex, name
+    for name in _INTEGER_CLASSES:
+        assert not getattr(torch, name)(1).is_floating_point(), name
