@@ -484,8 +484,14 @@ def integer_tensor(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
             return False
         definitions = reaching_definitions(facts, func).reaching.get(expr)
         return bool(definitions) and all(d.kind == "assign" and integer_tensor(facts, d.value, depth + 1) for d in definitions)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        values = _self_attribute_values(facts, expr)  # `self.ctx`, every store of the class
+        return bool(values) and all(integer_tensor(facts, v, depth + 1) for v in values)
     if not isinstance(expr, ast.Call):
         return False
+    returned = _returned_values(facts, expr)  # `self._encode(ctx)`, a def of the file
+    if returned is not None:
+        return bool(returned) and all(integer_tensor(facts, v, depth + 1) for v in returned)
     dtype = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
     qual = facts.call_qualname(expr) or ""
     prefix, _, last = qual.rpartition(".")
@@ -508,6 +514,40 @@ def integer_tensor(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
             return True
         return method == "to" and _device(facts, expr.args[0]) and integer_tensor(facts, receiver, depth + 1)
     return method in _DTYPE_KEEPING and integer_tensor(facts, receiver, depth + 1)
+
+
+def _returned_values(facts: FileFacts, call: ast.Call) -> list[ast.expr] | None:
+    """What a def of the file that ``call`` runs returns, one expression per ``return`` of its
+    own (empty when one returns nothing or it yields); None when ``call`` runs no such def."""
+    from gradfix.analysis.calls import callee  # calls builds on this module
+    from gradfix.analysis.statements import own_nodes
+
+    func = callee(facts, call)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    nodes = list(own_nodes(func))
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
+        return []
+    returns = [n for n in nodes if isinstance(n, ast.Return)]
+    return [r.value for r in returns] if returns and all(r.value is not None for r in returns) else []
+
+
+def _self_attribute_values(facts: FileFacts, node: ast.Attribute) -> list[ast.expr]:
+    """What every store of ``self.<attr>`` in the class around ``node`` assigns (empty when
+    other code may store it, or one store is no plain ``self.x = value``)."""
+    cls = facts.parents.get(node)
+    while cls is not None and not isinstance(cls, ast.ClassDef):
+        cls = facts.parents.get(cls)
+    if cls is None:
+        return []
+    stores, _ = facts.memo(("provenance.self_attribute", id(cls), node.attr), lambda: _self_attribute_uses(facts, cls, node.attr))
+    values = []
+    for store in stores or ():
+        assign = facts.parents.get(store)
+        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and assign.targets[0] is store):
+            return []
+        values.append(assign.value)
+    return values
 
 
 def _device(facts: FileFacts, expr: ast.AST) -> bool:

@@ -385,3 +385,38 @@ def test_a_tensor_handed_to_an_unknown_callee_keeps_its_detach():
         GF402,
     )
     assert "output = model(x.detach())" in fixed  # `prepare` may call `x.requires_grad_()`
+
+
+def test_a_helper_or_an_attribute_that_only_holds_integer_tensors_gives_one():
+    # deeplab's `resize_target` returns `torch.from_numpy(..).long()`; seq-lstm's make_sequence
+    # returns `torch.LongTensor(idx)`; negotiator's `self._encode(..)` a `.long()` tensor
+    fixed = _fix(
+        """
+        import torch
+        from torch.autograd import Variable
+
+        def make_sequence(x, dic):
+            idx = [dic[i] for i in x]
+            return torch.LongTensor(idx)
+
+        def follow(x):
+            return x
+
+        class Agent:
+            def _encode(self, inpt):
+                return torch.Tensor(len(inpt)).long().unsqueeze(1)
+
+            def feed(self, context, model):
+                self.ctx = self._encode(context)
+                return model(Variable(self.ctx))
+
+            def read(self, words, dic, model, y):
+                word_list = make_sequence(words, dic)
+                word_list = Variable(word_list)
+                return model(word_list), Variable(follow(y))
+        """,
+        GF402,
+    )
+    assert "return model(self.ctx)" in fixed
+    assert "word_list = Variable" not in fixed and "word_list.detach()" not in fixed
+    assert "follow(y).detach()" in fixed  # what `follow` returns is its unknown argument
