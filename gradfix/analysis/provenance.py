@@ -534,7 +534,8 @@ def _returned_values(facts: FileFacts, call: ast.Call) -> list[ast.expr] | None:
 
 def _self_attribute_values(facts: FileFacts, node: ast.Attribute) -> list[ast.expr]:
     """What every store of ``self.<attr>`` in the class around ``node`` assigns (empty when
-    other code may store it, or one store is no plain ``self.x = value``)."""
+    there is none, other code may store it too, or one store is no plain ``self.x = value``:
+    ``self.a, self.b = ..``, ``self.x += ..``, a loop target)."""
     cls = facts.parents.get(node)
     while cls is not None and not isinstance(cls, ast.ClassDef):
         cls = facts.parents.get(cls)
@@ -1002,22 +1003,17 @@ def _self_attribute_origin(facts, node: ast.Attribute, seen, depth) -> Origin | 
     key = ("self", id(cls), node.attr)
     if key in seen:
         return Origin(DETACHED)  # its own earlier value: what the other assignments bind
-    stores, reads = facts.memo(("provenance.self_attribute", id(cls), node.attr), lambda: _self_attribute_uses(facts, cls, node.attr))
-    if not stores:  # none, or other code stores it too
+    values = _self_attribute_values(facts, node)
+    if not values:
         return None
-    parts = []
-    for store in stores:
-        assign = facts.parents.get(store)
-        if not (isinstance(assign, ast.Assign) and len(assign.targets) == 1 and assign.targets[0] is store):
-            return None  # `self.a, self.b = ..`, `self.x += ..`, a loop target: not followed
-        parts.append(_origin(facts, assign.value, seen | {key}, depth + 1))
-    found = _combine(parts)
+    found = _combine([_origin(facts, value, seen | {key}, depth + 1) for value in values])
     if found is None or found.kind not in PROVEN:
         return None
+    _, reads = facts.memo(("provenance.self_attribute", id(cls), node.attr), lambda: _self_attribute_uses(facts, cls, node.attr))
     if not all(read is node or _keeps_grad_free(facts, read) for read in reads):
         return None
     # the evidence: the last store above the read (not `self.x = Variable(self.x)` itself)
-    lines = [s.lineno for s in stores if not any(n is node for n in ast.walk(facts.parents[s].value))]
+    lines = [facts.parents[v].lineno for v in values if not any(n is node for n in ast.walk(v))]
     above = [line for line in lines if line < node.lineno]
     return Origin(found.kind, node, max(above) if above else min(lines, default=node.lineno))
 
