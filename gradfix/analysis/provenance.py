@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from gradfix.analysis.vocabulary import INTEGER_METHODS, autograd_unaware_call
+from gradfix.analysis.vocabulary import INTEGER_METHODS, VIEW_METHODS, autograd_unaware_call
 from gradfix.facts import FileFacts, dotted_name, parameter_names
 
 VARIABLE = "torch.autograd.Variable"
@@ -465,9 +465,10 @@ def constructor(facts: FileFacts, expr: ast.AST) -> bool | None:
 _INTEGER_DTYPES = frozenset(f"torch.{n}" for n in "long int int64 int32 short int16 int8 uint8 bool".split())
 _INTEGER_CLASSES = frozenset("LongTensor IntTensor ShortTensor ByteTensor CharTensor BoolTensor".split())
 _INTEGER_CASTS = frozenset("long int short byte char bool".split())  # `x.long()`
-_DTYPE_KEEPING = frozenset(
-    "cuda cpu contiguous view reshape transpose permute t squeeze unsqueeze expand flatten clone detach "
-    "pin_memory zero_ fill_ random_ expand_as view_as reshape_as".split()
+# the views and moves of the vocabulary that keep the dtype (not the casts, nor `to`/`type`,
+# which may take one; not those that give a tuple), copies and in-place fills
+_DTYPE_KEEPING = (VIEW_METHODS - frozenset("to type type_as float double half bfloat16 long int bool unbind split chunk".split())) | frozenset(
+    "clone detach pin_memory zero_ fill_ random_".split()
 )
 
 
@@ -525,11 +526,15 @@ def _returned_values(facts: FileFacts, call: ast.Call) -> list[ast.expr] | None:
     func = callee(facts, call)
     if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    nodes = list(own_nodes(func))
-    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
-        return []
-    returns = [n for n in nodes if isinstance(n, ast.Return)]
-    return [r.value for r in returns] if returns and all(r.value is not None for r in returns) else []
+
+    def compute() -> list[ast.expr]:
+        nodes = own_nodes(func)
+        if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
+            return []
+        returns = [n for n in nodes if isinstance(n, ast.Return)]
+        return [r.value for r in returns] if returns and all(r.value is not None for r in returns) else []
+
+    return facts.memo(("provenance.returned_values", id(func)), compute)
 
 
 def _self_attribute_values(facts: FileFacts, node: ast.Attribute) -> list[ast.expr]:

@@ -387,6 +387,8 @@ def autograd_unaware_call(facts: FileFacts, call: ast.Call) -> bool:
 
 def _unaware(qual: str | None) -> bool:
     return qual is not None and any(qual == p or qual.startswith(p + ".") for p in AUTOGRAD_UNAWARE)
+
+
 PARAMETER_ITERATORS = frozenset(
     {"parameters", "named_parameters", "modules", "named_modules", "children", "named_children", "buffers", "named_buffers", "state_dict"}
 )
