@@ -313,7 +313,8 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
     if not trained:
         return []  # every piece of evidence below is some name's training
     nodes = [e for e in trained.get(name, ()) if same_object(facts, name, at, e) and fresh_local(facts, name, e) is own]
-    if own is not None:
+    if own is not None or _module_object(facts, name, at):
+        # the holder's calls that hand the object to a def of the file training that parameter
         for call in own_calls(facts, own):
             if not _hands_on(call, name):
                 continue  # passed_names would add nothing but the name itself
@@ -326,7 +327,8 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
                 for param in params:
                     if any(fresh_local(facts, param, e) is None and is_descendant(facts, e, helper) for e in trained.get(param, ())):
                         nodes.append(call)
-        return list(dict.fromkeys(nodes))
+        if own is not None:
+            return list(dict.fromkeys(nodes))
     if isinstance(func, FUNCTIONS) and name.split(".", 1)[0] in parameter_names(func, star=False):
         # every call hands the parameter itself (not `model.inference`, a method or part of it,
         # judged through its prefix) an object of the caller's own: what is known of those
@@ -343,18 +345,30 @@ def _evidence_for(facts: FileFacts, name: str, at: ast.AST, own, func) -> list[a
 
 def _handed_own_objects(facts: FileFacts, func, name: str) -> list[tuple[str, ast.Call]]:
     """``(what the caller passes, call)`` for each call of ``func`` from elsewhere in the file,
-    when every one hands the parameter ``name`` an object of the caller's own (two
-    tests that each build a policy and hand it to one helper): empty when any call hands
+    when every one hands the parameter ``name`` an object of the caller's own (two tests that
+    each build a policy and hand it to one helper), or a global that module-level code binds
+    and hands over (a notebook's `test(loader, bertmodel)`): empty when any call hands
     something else, or there is none. Another function's parameter of the same name is then
     not that object."""
     out = []
     for call in outside_callers(facts, func):
         arg = argument_for(func, call, name)
         passed = dotted_name(arg) if arg is not None else None
-        if passed is None or fresh_local(facts, passed, call) is None:
+        if passed is None or (fresh_local(facts, passed, call) is None and not _module_object(facts, passed, call)):
             return []
         out.append((passed, call))
     return out
+
+
+def _module_object(facts: FileFacts, name: str, at: ast.AST) -> bool:
+    """``name`` at ``at`` is a global that module-level code binds by assignment, read by
+    module-level code: the object a script or notebook builds and hands to its helpers."""
+    root = name.split(".", 1)[0]
+    return (
+        facts.function_of.get(at) is None
+        and root not in ("self", "cls")
+        and any(facts.function_of.get(node) is None for node in facts.assignments_to(root))
+    )
 
 
 def _hands_on(call: ast.Call, name: str) -> bool:
@@ -1753,10 +1767,11 @@ def _after_train_switches(facts: FileFacts, body: list[ast.stmt], target: ast.st
     return body[i]
 
 
-def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
+def entered_in_train_mode(facts: FileFacts, scope, module: str, depth: int = 0) -> bool:
     """Every call of ``scope`` in the file hands in, for its parameter ``module``, a module in
     train mode there on every path (just built, or `.train()`-ed; `fit(Net(), data)` too), and
-    there is one."""
+    there is one. A caller that hands on its own parameter as it got it hands what its own
+    callers give (`train_iters(enc)` calls `train(enc)`, after the script's `enc.train()`)."""
     if scope is None or module not in parameter_names(scope, star=False):
         return False
     outside = outside_callers(facts, scope)
@@ -1767,7 +1782,11 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str) -> bool:
         if name is None:
             if argument is None or binding_mode(facts, caller, "", argument, call) != "trained":
                 return False
-        elif not modes_at(facts, caller, call, evaluation_items(facts, caller, {name})) <= {TRAIN, TRAINED}:
+            continue
+        modes = modes_at(facts, caller, call, evaluation_items(facts, caller, {name}))
+        if ENTRY in modes and depth < 3 and entered_in_train_mode(facts, caller, name, depth + 1):
+            modes = modes - {ENTRY}
+        if not modes <= {TRAIN, TRAINED}:
             return False
     return bool(outside)
 

@@ -425,9 +425,12 @@ class LossAccumulatesGraph(Rule):
                 matches = [(c, scalar) for c, subject, scalar in calls if subject == name.id and is_within(facts, c, loop)]
                 if not matches:
                     continue
-                call, scalar = matches[0]
-                if _rebound_between(loop, name.id, call, stmt) or _reset_every_iteration(facts, loops[0], acc, stmt):
+                # the backwards of the very value accumulated: none rebinds the name in between
+                # (a GAN step backwards `loss` twice, each accumulated into its own sum)
+                matches = [(c, scalar) for c, scalar in matches if not _rebound_between(loop, name.id, c, stmt)]
+                if not matches or _reset_every_iteration(facts, loops[0], acc, stmt):
                     return None
+                call, scalar = min(matches, key=lambda m: _position(m[0]))
                 if not any(always_ran_before(facts.parents, loop.body, c, stmt) for c, _ in matches) and _bound_to_plain_value(facts, stmt, name.id):
                     # `loss = 0.0` ... `if cond: loss = crit(..); loss.backward()` ... `acc += loss`:
                     # `loss` may still be a float here, and `0.0.detach()` would raise.
