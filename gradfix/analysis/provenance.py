@@ -67,9 +67,10 @@ KEEPING_METHODS = frozenset(
     "expand_as view_as reshape_as type_as".split()
 )
 # Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``, a
-# split's data or dataset handed in as a parameter: ``train_data``, ``valid_set``, ``test_ds``).
+# split's data, dataset or batch generator handed in as a parameter: ``train_data``,
+# ``valid_set``, ``test_ds``, ``val_gen``).
 LOADER_NAME = re.compile(
-    r"loader|_iter$|^iter_|batches$|^(train|val|valid|validation|test|eval)_?(data|set|dataset|ds)$|^dataset$",
+    r"loader|_iter$|^iter_|batches$|^(train|val|valid|validation|test|eval)_?(data|set|dataset|ds|gen|generator)$|^dataset$",
     re.IGNORECASE,
 )
 _LOADER_WRAPPERS = ("enumerate", "tqdm", "iter", "zip")
@@ -453,7 +454,7 @@ def constructor(facts: FileFacts, expr: ast.AST) -> bool | None:
     prefix, _, last = qual.rpartition(".")
     if prefix in ("torch", "torch.cuda") and last in CONSTRUCTORS:
         return CONSTRUCTORS[last] and prefix == "torch"
-    if isinstance(expr.func, ast.Name) and not qual and _legacy_class_alias(facts, expr.func.id):
+    if isinstance(expr.func, ast.Name) and not qual and legacy_classes(facts, expr.func):
         return False  # `Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor`; `Tensor(n, 1)`
     if isinstance(expr.func, ast.Attribute) and qual == "" and expr.func.attr in NEW_METHODS:
         return NEW_METHODS[expr.func.attr]
@@ -479,6 +480,8 @@ def integer_tensor(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
     tensor can neither require grad nor carry a graph, and writes into it cannot give it one."""
     if depth > 8:
         return False
+    if isinstance(expr, ast.Compare):
+        return True  # `idx < lengths`: a bool tensor (or a bool), whatever its operands
     if isinstance(expr, ast.Name):
         func = facts.function_of.get(expr)
         if isinstance(func, ast.Lambda):
@@ -496,6 +499,8 @@ def integer_tensor(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
     dtype = next((k.value for k in expr.keywords if k.arg == "dtype"), None)
     qual = facts.call_qualname(expr) or ""
     prefix, _, last = qual.rpartition(".")
+    if isinstance(expr.func, ast.Name) and not qual:
+        return _integer_classes(facts, expr.func)  # `LongTensor = torch.cuda.LongTensor if cuda else ..`
     if prefix in ("torch", "torch.cuda"):
         if dtype is not None:
             return facts.qualname(dtype) in _INTEGER_DTYPES
@@ -513,8 +518,16 @@ def integer_tensor(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
         target = facts.qualname(expr.args[0]) or ""
         if target in _INTEGER_DTYPES or target.rpartition(".")[2] in _INTEGER_CLASSES:
             return True
+        if not target and isinstance(expr.args[0], ast.Name) and _integer_classes(facts, expr.args[0]):
+            return True  # `labels.type(LongTensor)`
         return method == "to" and _device(facts, expr.args[0]) and integer_tensor(facts, receiver, depth + 1)
     return method in _DTYPE_KEEPING and integer_tensor(facts, receiver, depth + 1)
+
+
+def _integer_classes(facts: FileFacts, read: ast.Name) -> bool:
+    """``read`` names legacy tensor classes (:func:`legacy_classes`), all of an integer dtype."""
+    classes = legacy_classes(facts, read)
+    return bool(classes) and all(c.rpartition(".")[2] in _INTEGER_CLASSES for c in classes)
 
 
 def _returned_values(facts: FileFacts, call: ast.Call) -> list[ast.expr] | None:
@@ -567,35 +580,73 @@ def _device(facts: FileFacts, expr: ast.AST) -> bool:
     return name is not None and "device" in name.rpartition(".")[2].lower()
 
 
-def _legacy_class_alias(facts: FileFacts, name: str) -> bool:
-    """``name`` is a global that only ever holds a legacy tensor class: every binding of it in
-    the file is a module-level assignment of ``torch.FloatTensor``, ``torch.cuda.LongTensor``...
-    or a conditional choice between such classes, and no function binds it locally."""
+def legacy_classes(facts: FileFacts, read: ast.Name) -> frozenset[str]:
+    """The legacy tensor classes (``torch.cuda.LongTensor``...) the name ``read`` may hold there,
+    when every binding it may see is an assignment of one or a conditional choice between such
+    classes (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``): the module's
+    own bindings for a global, the ones reaching the read for a function's local alias; empty
+    when anything else may bind it."""
+    scope = _alias_scope(facts, read)
+    if scope is _ANY_SCOPE:
+        return frozenset()
+    if scope is None:
+        values = facts.memo(("provenance.module_aliases", read.id), lambda: _module_alias_values(facts, read.id))
+    else:
+        definitions = reaching_definitions(facts, scope).reaching.get(read)
+        if not definitions or any(d is UNKNOWN or d.kind != "assign" for d in definitions):
+            return frozenset()
+        values = [d.value for d in definitions]
+    classes: set[str] = set()
+    for value in values or ():
+        found = _legacy_class(facts, value)
+        if not found:
+            return frozenset()
+        classes |= found
+    return frozenset(classes)
 
-    def compute() -> bool:
-        from gradfix.analysis.calls import module_level_bindings  # calls builds on this module
 
-        if any(name in scope.locals for node, scope in facts.scope_of_node.items() if node is not facts.tree):
-            return False
-        values = [
-            a.value for a in facts.nodes_of(ast.Assign)
-            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for t in a.targets for n in ast.walk(t))
-        ]
-        if not values or any(facts.function_of.get(v) is not None for v in values):
-            return False
-        # these assignments are all the module binds it with (no `for Tensor in ...`, `def
-        # Tensor`, `import ... as Tensor`, class-body `Tensor = ...`)
-        return all(_legacy_class(facts, v) for v in values) and module_level_bindings(facts)[name] == len(values)
-
-    return facts.memo(("provenance.legacy_class_alias", name), compute)
+_ANY_SCOPE = object()
 
 
-def _legacy_class(facts: FileFacts, value: ast.AST) -> bool:
-    # module level, not a closure calling itself: that would tie the facts into a cycle
+def _alias_scope(facts: FileFacts, read: ast.Name):
+    """The function whose local ``read`` is (None: a global), or ``_ANY_SCOPE`` when it is a
+    local of an enclosing function or of a lambda, which gradfix does not follow."""
+    func = facts.function_of.get(read)
+    for enclosing in facts.enclosing_functions(read):
+        scope = facts.scope_of_node.get(enclosing)
+        if scope is None or read.id in scope.globals:
+            return None
+        if read.id in scope.locals:
+            return enclosing if enclosing is func and not isinstance(func, ast.Lambda) else _ANY_SCOPE
+    return None
+
+
+def _module_alias_values(facts: FileFacts, name: str) -> list[ast.expr]:
+    """The values of the module-level assignments of ``name`` when they are all the module binds
+    it with (no `for Tensor in ...`, `def Tensor`, `import ... as Tensor`); else empty."""
+    from gradfix.analysis.calls import module_level_bindings  # calls builds on this module
+
+    values = []
+    for a in facts.nodes_of(ast.Assign):
+        if not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for t in a.targets for n in ast.walk(t)):
+            continue
+        func = facts.function_of.get(a)
+        if func is None:
+            values.append(a.value)
+        elif name in facts.scope_of_node[func].globals or name not in facts.scope_of_node[func].locals:
+            return []  # a function's `global Tensor` rebinding it
+    return values if values and module_level_bindings(facts)[name] == len(values) else []
+
+
+def _legacy_class(facts: FileFacts, value: ast.AST) -> frozenset[str]:
+    """The legacy tensor classes ``value`` names (both branches of a conditional); empty when
+    it may be anything else."""
     if isinstance(value, ast.IfExp):
-        return _legacy_class(facts, value.body) and _legacy_class(facts, value.orelse)
-    prefix, _, last = (facts.qualname(value) or "").rpartition(".")
-    return prefix in ("torch", "torch.cuda") and CONSTRUCTORS.get(last) is False
+        body, orelse = _legacy_class(facts, value.body), _legacy_class(facts, value.orelse)
+        return body | orelse if body and orelse else frozenset()
+    qual = facts.qualname(value) or ""
+    prefix, _, last = qual.rpartition(".")
+    return frozenset({qual}) if prefix in ("torch", "torch.cuda") and CONSTRUCTORS.get(last) is False else frozenset()
 
 
 def origin(facts: FileFacts, expr: ast.AST) -> Origin | None:
@@ -637,6 +688,8 @@ class _Convention:
             if last is None and isinstance(root, ast.Attribute):
                 last = root.attr
             root = root.value
+        if _state_dict_call(root):
+            return True  # `base.state_dict()[name]`: followed, a detached tensor
         if isinstance(root, ast.Name):
             if root.id == self.owner:
                 return None
@@ -662,6 +715,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         return Origin(INTEGER)  # no graph, whoever else holds it
     node = expr
     while True:
+        if node is not expr and integer_tensor(facts, node):
+            return Origin(COMPUTED)  # `(idx < lengths).float()`: a cast of a tensor with no graph
         if constructor(facts, node) is not None:
             return Origin(FRESH)
         if isinstance(node, ast.Attribute) and node.attr == "data":
@@ -693,6 +748,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         return Origin(BATCH)
     if isinstance(node, ast.Attribute) and conv is None and isinstance(node.value, ast.Name) and node.value.id == "self":
         return _self_attribute_origin(facts, node, seen, depth)
+    if isinstance(node, ast.Subscript) and _state_dict_call(node.value):
+        return Origin(DETACHED)  # `model.state_dict()[name]`: a detached alias of the tensor
     if isinstance(node, (ast.Subscript, ast.Attribute)):
         inner = _origin(facts, node.value, seen, depth + 1, conv)
         if inner is None:
@@ -839,12 +896,16 @@ def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
     return weakest if weakest.kind in (BATCH, ASSUMED) else Origin(COMPUTED)
 
 
-def _number(facts: FileFacts, node: ast.AST) -> bool:
+def _number(facts: FileFacts, node: ast.AST, depth: int = 0) -> bool:
     """A literal, or an expression that is surely a Python int (``T - 1`` after ``N, T =
-    x.size()``): no tensor, so it cannot carry a graph."""
+    x.size()``), or a call of a def of the file whose every ``return`` gives one (encodec's
+    ``world_size()``): no tensor, so it cannot carry a graph."""
     from gradfix.analysis.regions import integer_valued  # regions builds on this module
 
-    return isinstance(node, ast.Constant) or integer_valued(facts, node)
+    if isinstance(node, ast.Constant) or integer_valued(facts, node):
+        return True
+    returned = _returned_values(facts, node) if isinstance(node, ast.Call) and depth < 3 else None
+    return bool(returned) and all(_number(facts, v, depth + 1) for v in returned)
 
 
 def _constant(node: ast.AST) -> bool:
@@ -871,7 +932,9 @@ def _variable_result(facts, call: ast.Call, seen, depth, conv=None) -> Origin | 
 def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None:
     iterated = _comprehension_source(facts, name)
     if iterated is not None:  # `[Variable(d) for d in batch]`: an element of what it iterates
-        # the elements are the iterated objects: whoever holds those holds them
+        if loader_iterable(facts, iterated):
+            return Origin(BATCH)  # `[f(Variable(x)) for x, y in val_loader]`
+        # the elements are the iterated objects (or their parts): whoever holds those holds them
         return _origin(facts, iterated, seen, depth + 1, conv)
     func = facts.function_of.get(name)
     if isinstance(func, ast.Lambda):
@@ -1084,17 +1147,49 @@ def _parameter_origin(facts, func, name: ast.Name, seen, depth) -> Origin | None
     return Origin(BATCH, name, func.lineno)
 
 
+_ORDER_WRAPPERS = ("tqdm", "list", "sorted", "reversed", "iter")  # hand out the same elements
+
+
+def _state_dict_call(node: ast.AST) -> bool:
+    """``x.state_dict()`` (no ``keep_vars=True``): its tensors are detached (pinned in
+    tests/facts/test_gf304_facts.py)."""
+    return (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict"
+        and not node.args and not node.keywords
+    )
+
+
+def _state_dict_entries(iterated: ast.AST) -> bool:
+    """``iterated`` walks a state dict's entries: ``sd.items()``/``values()`` of a
+    ``x.state_dict()`` call, through ``tqdm``/``enumerate``-like wrappers of it."""
+    while isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) and iterated.func.id in _ORDER_WRAPPERS and iterated.args:
+        iterated = iterated.args[0]  # `tqdm(sd.items(), desc=..)`
+    return (
+        isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Attribute)
+        and iterated.func.attr in ("items", "values") and _state_dict_call(iterated.func.value)
+    )
+
+
 def _comprehension_source(facts, name: ast.Name) -> ast.expr | None:
     """What a comprehension iterates when ``name`` is its own target there (``d`` in ``[f(d)
-    for d in data]``, a plain name target, one generator); None otherwise."""
+    for d in data]``, ``x`` in ``[f(x) for x, y in data]``, one generator); None otherwise."""
     node = facts.parents.get(name)
     while node is not None and not isinstance(node, ast.stmt):
         if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-            targets = [g for g in node.generators if isinstance(g.target, ast.Name) and g.target.id == name.id]
+            targets = [g for g in node.generators if name.id in _target_names(g.target)]
             if targets:
                 return targets[0].iter if len(node.generators) == 1 and not _within(facts, name, targets[0].iter) else None
         node = facts.parents.get(node)
     return None
+
+
+def _target_names(target: ast.expr) -> set[str]:
+    """The plain names a ``for`` target binds, unpacked tuples and lists included."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {n for e in target.elts for n in _target_names(e)}
+    return set()
 
 
 def _within(facts, node: ast.AST, root: ast.AST) -> bool:
@@ -1111,6 +1206,8 @@ def _definition_origin(facts, flow, definition: Definition, seen, depth, conv=No
     if definition.kind == "loop":
         if loader_iterable(facts, definition.value):
             return Origin(BATCH)
+        if _state_dict_entries(definition.value):
+            return Origin(DETACHED)  # `for name, p in model.state_dict().items()` (a key is a str)
         return None
     if definition.kind == "aug":
         old = flow.augmented.get(definition.node, frozenset({UNKNOWN}))

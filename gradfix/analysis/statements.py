@@ -246,7 +246,7 @@ def wrap_in_no_grad(
 def grad_with(ctx, api: str, stmts: list[cst.BaseStatement], indent: str | None = None) -> cst.With:
     """``with torch.<api>():`` around ``stmts`` (the first one's leading comments and blank
     lines go above the ``with``)."""
-    body = [indented_deeper(s) for s in stmts]
+    body = [indented_deeper(s, indent or ctx.module.default_indent) for s in stmts]
     body[0] = body[0].with_changes(leading_lines=())
     header = ctx.statement(f"with {ctx.grad_api(api)}():\n    pass\n")
     block = header.body.with_changes(body=body, indent=indent)
@@ -261,17 +261,27 @@ def own_indent(ctx, stmt: cst.BaseStatement) -> str | None:
     return parent.indent if isinstance(parent, cst.IndentedBlock) else None
 
 
-def indented_deeper(stmt: cst.BaseStatement) -> cst.BaseStatement:
-    """``stmt`` ready to move into a block one level deeper: its blank lines stay blank. (LibCST
-    writes a blank line of the module's top level with the indentation of the block it is in,
-    so a moved statement would otherwise get whitespace-only lines.)"""
-    class BlankLinesStayBlank(cst.CSTTransformer):  # defined here: report mode never loads LibCST
+def indented_deeper(stmt: cst.BaseStatement, step: str) -> cst.BaseStatement:
+    """``stmt`` ready to move into a block one level (``step``) deeper: its blank lines stay
+    blank (LibCST writes a blank line of the module's top level with the indentation of the
+    block it is in, so a moved statement would otherwise get whitespace-only lines), and the
+    lines a backslash continues move with it (LibCST keeps them as written: ``x = a \\`` /
+    ``else b`` would end up left of its statement)."""
+    class Deeper(cst.CSTTransformer):  # defined here: report mode never loads LibCST
         def leave_EmptyLine(self, original_node, updated_node):
             if updated_node.indent and updated_node.comment is None and not updated_node.whitespace.value:
                 return updated_node.with_changes(indent=False)
             return updated_node
 
-    return stmt.visit(BlankLinesStayBlank())
+        def leave_SimpleWhitespace(self, original_node, updated_node):
+            if "\\" not in updated_node.value:
+                return updated_node
+            return updated_node.with_changes(value=_CONTINUED.sub(lambda m: m.group(0) + step, updated_node.value))
+
+    return stmt.visit(Deeper())
+
+
+_CONTINUED = re.compile(r"\\\r?\n")  # a backslash ending a line
 
 
 def body_without_docstring(func) -> list[ast.stmt]:

@@ -401,8 +401,21 @@ def _own_edits(ctx, finding, kind, module, statement, heir):
 
     if module:
         ctx.remove_import_if_unused(module, "Variable")
-    if statement is not None and heir == ELSE:
-        return [Edit(ctx.node_at(statement, cst.Else), cst.RemoveFromParent())]
+    if statement is not None and is_else(heir):
+        branch = ctx.node_at(statement, cst.Else)
+        edits = [Edit(branch, cst.RemoveFromParent())]
+        footer = getattr(branch.body, "footer", ())
+        if footer and isinstance(heir, tuple):
+            # whitespace-only lines after the branch belong to it in LibCST: the next statement
+            # keeps them, byte for byte (their indentation was the branch's)
+            _, span, indent = heir
+            lines = [
+                line.with_changes(indent=False, whitespace=cst.SimpleWhitespace(indent + line.whitespace.value)) if line.indent else line
+                for line in footer
+            ]
+            inherits = _statement_at(ctx, span)
+            edits.append(Edit(inherits, inherits.with_changes(leading_lines=[*lines, *inherits.leading_lines])))
+        return edits
     if statement is not None:
         line = ctx.parent(ctx.node_at(statement, cst.Assign))
         if not isinstance(line, cst.SimpleStatementLine):
@@ -458,13 +471,15 @@ def report_rewrites(rule, facts, planned, exact: bool):
     for found, plan, message, *extra in planned:
         suffix, loop = (extra + ["", None])[:2]
         statement, heir = removed.get(found.call, (None, None))
+        if isinstance(heir, tuple):  # (ELSE, the statement taking the branch's trailing lines, indent)
+            heir = (ELSE, facts.span(heir[1]), heir[2])
         if found.call in kept:
             # `x = x` cannot go without the comment above it: the exact alias, never `x = x`
             plan = plan_rewrite(facts, found, exact=True)
         title = plan.title
         if statement is not None:
             title = (
-                "Remove the `else` branch: without the wrappers it assigns values to themselves" if heir == ELSE
+                "Remove the `else` branch: without the wrappers it assigns values to themselves" if is_else(heir)
                 else "Remove the line: without the wrappers it assigns the value to itself"
             )
             if plan.assumption:
@@ -481,8 +496,8 @@ def report_rewrites(rule, facts, planned, exact: bool):
             data=(
                 plan.kind,
                 found.import_module,
-                statement if heir == ELSE else facts.span(statement) if statement is not None else None,
-                heir if heir == ELSE else facts.span(heir) if heir is not None else None,
+                statement if is_else(heir) else facts.span(statement) if statement is not None else None,
+                heir if is_else(heir) else facts.span(heir) if heir is not None else None,
                 tuple(facts.span(s) for s in loop) if loop is not None else None,
             ),
         )
@@ -624,8 +639,9 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
             calls = [c for c, s in found.items() if s in block]
             if where[1] == "orelse" and isinstance(where[0], ast.If) and len({plans[c].safety for c in calls}) == 1:
                 keyword = _else_keyword(facts, where[0])
-                if keyword is not None:
-                    whole_else.update((c, (keyword, ELSE)) for c in calls)
+                marker = _else_marker(facts, where[0], plans) if keyword is not None else None
+                if marker is not None:
+                    whole_else.update((c, (keyword, marker)) for c in calls)
             found = {c: s for c, s in found.items() if s not in block}
     # Blank lines and comments above a removed statement move to the first statement after it
     # that stays (one run of removed lines at a time): a comment there is as often the section's
@@ -659,6 +675,35 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
 
 
 ELSE = "else"  # the heir of a self-assignment that goes with its whole `else:` branch
+
+
+def is_else(heir) -> bool:
+    """``heir`` marks a whole `else:` branch that goes: ``ELSE``, or ``(ELSE, heir, indent)``."""
+    return heir == ELSE or isinstance(heir, tuple)
+
+
+def _else_marker(facts, node: ast.If, plans) -> str | tuple | None:
+    """How ``node``'s `else:` branch goes: ``ELSE``, or ``(ELSE, the statement after the `if`,
+    the branch's indentation)`` when whitespace-only lines follow the branch (LibCST keeps
+    those indented as deep as it in the branch): the next statement takes them, so no line is
+    lost; None when no statement can (none follows, or it holds a fix of its own)."""
+    first, last = node.orelse[0], node.orelse[-1]
+    trailing = False
+    for line in range(last.end_lineno + 1, len(facts.lines) + 1):
+        text = facts.line_text(line)
+        if text.strip():
+            break
+        trailing = trailing or bool(text.strip("\r\n"))
+    if not trailing:
+        return ELSE
+    where = statement_block(facts, node)
+    block = getattr(*where) if where else []
+    i = block.index(node) + 1 if node in block else len(block)
+    heir = block[i] if i < len(block) else None
+    if (heir is None or getattr(heir, "decorator_list", None) or crosses_notebook_cell(facts, node, heir)
+            or any(n in plans for n in ast.walk(heir))):
+        return None
+    return ELSE, heir, facts.line_text(first.lineno)[: first.col_offset]
 
 
 def _else_keyword(facts, node: ast.If) -> Span | None:

@@ -9,7 +9,7 @@ from gradfix.lazy import cst
 
 from gradfix.model import FixSafety
 from gradfix.analysis.insertion import joinable_statement, plan_no_grad
-from gradfix.analysis.provenance import PARAMETER_NAME, grad_free_operand
+from gradfix.analysis.provenance import DETACHED, PARAMETER_NAME, grad_free_operand, origin
 from gradfix.analysis.tensor_data import grads_may_require_grad, lazy_parameter, manages_storage, may_be_torch_data, parameter_attributes
 from gradfix.analysis.vocabulary import STORAGE_VIEWS, closure_evaluation, optimizer_state, owner_class
 from gradfix.analysis.regions import builds_torch_module, header_records_no_graph, header_updates_optimizer_state, records_no_graph, updates_optimizer_state
@@ -1352,7 +1352,7 @@ class DataMutation(Rule):
             facts,
             stmt,
             self._message(facts.segment(attr.value)),
-            fix_title="Drop `.data`: a `.grad` does not require grad, no `no_grad` needed",
+            fix_title=f"Drop `.data`: {_NEEDS_NO_GRAD_REASON[_detached(facts, attr)]}, no `no_grad` needed",
             data=("drop", facts.span(attr), _in_place_method(facts, stmt, attr)),
         )
 
@@ -1443,18 +1443,34 @@ def _data_reads(facts, stmt: ast.stmt, written: ast.Attribute) -> list[ast.Attri
     return found
 
 
+_NEEDS_NO_GRAD_REASON = {False: "a `.grad` does not require grad", True: "a detached tensor does not require grad"}
+
+
+def _detached(facts, attr: ast.Attribute) -> bool:
+    """The tensor behind ``attr`` (a ``X.data``) is a detached alias (a state dict's)."""
+    receiver = attr.value
+    while isinstance(receiver, ast.Subscript):
+        receiver = receiver.value
+    found = origin(facts, receiver)
+    return found is not None and found.kind == DETACHED
+
+
 def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
     """Whether ``stmt`` writes through ``X.grad.data`` with operands that cannot require grad,
-    in a file where no ``.grad`` can (no ``create_graph=``): then ``X.grad.mul_(s)`` with no
+    in a file where no ``.grad`` can (no ``create_graph=``), or through the ``.data`` of a
+    detached tensor (a state dict's) with such operands: then ``X.grad.mul_(s)`` with no
     ``no_grad`` records nothing, like the ``.data`` write, and gives the same values (pinned in
     tests/facts/test_gf304_facts.py). This is what torch's own optimizers write
     (``p.grad.zero_()``)."""
     receiver = attr.value
     while isinstance(receiver, ast.Subscript):
         receiver = receiver.value
-    if not (isinstance(receiver, ast.Attribute) and receiver.attr == "grad") or grads_may_require_grad(facts):
+    if _detached(facts, attr):
+        owner = receiver  # `for name, p in model.state_dict().items(): p.data += ..`: a detached alias
+    elif not (isinstance(receiver, ast.Attribute) and receiver.attr == "grad") or grads_may_require_grad(facts):
         return False
-    owner = receiver.value
+    else:
+        owner = receiver.value
     while isinstance(owner, (ast.Attribute, ast.Subscript)):
         owner = owner.value
     owner_name = owner.id if isinstance(owner, ast.Name) else None

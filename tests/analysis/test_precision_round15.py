@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gradfix import Settings, check
+from gradfix import Settings, check, fix
 
 GF104 = Settings(select=("GF104",), unsafe_fixes=True)
 GF105 = Settings(select=("GF105",), unsafe_fixes=True)
@@ -126,3 +126,185 @@ def test_training_reached_only_through_a_caller_after_train_is_in_train_mode():
 
 def test_training_reached_through_a_caller_after_eval_is_reported():
     assert [code for code, _ in _codes(CHATBOT.format(mode="eval"), GF105)] == ["GF105"]
+
+
+# -- provenance: what carries no graph ----------------------------------------------------------
+GF402 = Settings(select=("GF402",), unsafe_fixes=True)
+
+
+def _fixed(source: str, settings: Settings = GF402) -> str:
+    source = textwrap.dedent(source)
+    fixed = fix(source, "<string>", settings=settings)
+    compile(fixed, "<fixed>", "exec")
+    assert fix(fixed, "<string>", settings=settings) == fixed  # idempotent
+    return fixed
+
+
+def test_a_comparison_is_a_bool_tensor_and_its_cast_carries_no_graph():
+    # torchMoji's attention mask: `Variable((idxes < lengths.unsqueeze(1)).float())`
+    fixed = _fixed(
+        """\
+        from torch.autograd import Variable
+
+        def mask(idxes, lengths):
+            return Variable((idxes < lengths.unsqueeze(1)).float())
+        """
+    )
+    assert "    return (idxes < lengths.unsqueeze(1)).float()\n" in fixed, fixed
+
+
+def test_a_comprehension_over_a_loader_unpacks_batches():
+    # torchMoji's validation loss: `[loss(model(Variable(xv)), Variable(yv)) for xv, yv in val_gen]`
+    fixed = _fixed(
+        """\
+        from torch.autograd import Variable
+
+        def validate(model, loss_op, val_gen):
+            return [loss_op(model(Variable(xv)), Variable(yv)).item() for xv, yv in val_gen]
+        """
+    )
+    assert "[loss_op(model(xv), yv).item() for xv, yv in val_gen]" in fixed, fixed
+
+
+def test_a_batch_unpacked_from_a_generator_split_is_a_batch():
+    fixed = _fixed(
+        """\
+        from torch.autograd import Variable
+
+        def fit(model, train_gen):
+            for i, data in enumerate(train_gen):
+                x, y = data
+                x = Variable(x, requires_grad=False)
+                model(x, y).backward()
+        """
+    )
+    assert "Variable" not in fixed and "x = x" not in fixed and ".detach()" not in fixed, fixed
+
+
+LEGACY_ALIASES = """\
+import numpy as np
+import torch
+from torch.autograd import Variable
+
+cuda = torch.cuda.is_available()
+Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor
+LongTensor = torch.cuda.LongTensor if cuda else torch.LongTensor
+
+
+def sample_z(n, req_grad=False):
+    Tensor = torch.cuda.FloatTensor
+    return Variable(Tensor(np.random.normal(0, 1, (n, 8))), requires_grad=req_grad)
+
+
+def step(opt, n):
+    valid = Variable(Tensor(n, 1).fill_(1.0), requires_grad=False)
+    labels = Variable(LongTensor(n).fill_(opt.num_classes), requires_grad=False)
+    return valid, labels
+"""
+
+
+def test_a_local_alias_of_a_legacy_class_builds_fresh_tensors_and_hides_no_global_one():
+    # PyTorch-GAN's clustergan: `Tensor = torch.cuda.FloatTensor` in sample_z, the module's own
+    # conditional alias elsewhere; sgan's `LongTensor(n).fill_(opt.num_classes)` is an integer tensor
+    fixed = _fixed(LEGACY_ALIASES)
+    assert "    return Tensor(np.random.normal(0, 1, (n, 8))).requires_grad_(req_grad)\n" in fixed, fixed
+    assert "    valid = Tensor(n, 1).fill_(1.0)\n" in fixed, fixed
+    assert "    labels = LongTensor(n).fill_(opt.num_classes)\n" in fixed, fixed
+
+
+# -- a removed `else:` keeps the blank lines LibCST files under it ------------------------------
+def test_removing_a_whole_else_branch_keeps_its_trailing_whitespace_line():
+    # Fast-Pytorch's CNN_Mnist: the line "      " after the branch separated it from the step
+    source = (
+        "from torch.autograd import Variable\n\n"
+        "def fit(loader, cuda, model, opt):\n"
+        "  for images, labels in loader:\n"
+        "    if cuda:\n"
+        "      images =Variable(images.cuda())\n"
+        "    else:\n"
+        "      images =Variable(images)\n"
+        "      \n"
+        "    opt.zero_grad()\n"
+        "    model(images, labels).backward()\n"
+    )
+    fixed = fix(source, "<string>", settings=GF402)  # (no dedent: it would blank the line)
+    assert fix(fixed, "<string>", settings=GF402) == fixed
+    assert fixed == (
+        "def fit(loader, cuda, model, opt):\n"
+        "  for images, labels in loader:\n"
+        "    if cuda:\n"
+        "      images =images.cuda()\n"
+        "      \n"
+        "    opt.zero_grad()\n"
+        "    model(images, labels).backward()\n"
+    ), fixed
+
+
+# -- a statement moved into a `with` takes its backslash-continued lines along -----------------
+def test_a_backslash_continued_line_moves_one_level_deeper_with_its_statement():
+    # distiller's alexnet_batchnorm init: `fan_in, k = (..) if isinstance(..) \` / `else (..)`
+    source = (
+        "import torch\n\n"
+        "def evaluate(model, xs):\n"
+        "    model.eval()\n"
+        "    for x in xs:\n"
+        "        y = model(x) if x is not None \\\n"
+        "            else None\n"
+        '        s = """a\n'
+        'b"""\n'
+        "        print(y, s)\n"
+        "    model.train()\n"
+    )
+    settings = Settings(select=("GF302",), unsafe_fixes=True)
+    fixed = fix(source, "<string>", settings=settings)
+    assert (
+        "    with torch.no_grad():\n"
+        "        for x in xs:\n"
+        "            y = model(x) if x is not None \\\n"
+        "                else None\n"
+        '            s = """a\n'
+        'b"""\n'  # a string's own lines are its value: never re-indented
+    ) in fixed, fixed
+
+
+# -- GF304: writes that need no `no_grad` -----------------------------------------------------
+GF304 = Settings(select=("GF304",), unsafe_fixes=True)
+
+
+def test_a_state_dict_entry_is_written_without_data_and_without_no_grad():
+    # LLaVA's apply_delta: one `with` per branch was judged awkward; none is needed
+    fixed = _fixed(
+        """\
+        def apply_delta(base, delta):
+            for name, param in delta.state_dict().items():
+                if param.data.shape == base.state_dict()[name].shape:
+                    param.data += base.state_dict()[name]
+                else:
+                    bparam = base.state_dict()[name]
+                    param.data[:bparam.shape[0]] += bparam
+        """,
+        GF304,
+    )
+    assert "            param += base.state_dict()[name]\n" in fixed, fixed
+    assert "            param[:bparam.shape[0]] += bparam\n" in fixed, fixed
+    assert "no_grad" not in fixed, fixed
+
+
+def test_a_grad_divided_by_a_def_returning_an_int_needs_no_no_grad():
+    # encodec's sync_grad: `p.grad.data /= world_size()`
+    fixed = _fixed(
+        """\
+        import torch
+
+        def world_size():
+            if torch.distributed.is_initialized():
+                return torch.distributed.get_world_size()
+            return 1
+
+        def sync_grad(params):
+            for p in params:
+                p.grad.data /= world_size()
+        """,
+        GF304,
+    )
+    assert "        p.grad /= world_size()\n" in fixed and "no_grad" not in fixed, fixed

@@ -336,3 +336,19 @@ def test_a_lazy_modules_parameter_takes_a_data_write_but_raises_on_a_real_one():
         m.weight.normal_(0, 0.01)
     with pytest.raises(ValueError, match="uninitialized parameter"):
         torch.nn.init.zeros_(m.bias)
+
+
+def test_a_state_dicts_tensors_are_detached_aliases_so_in_place_writes_need_no_no_grad():
+    """GF304 drops `.data` with no `with` for `for n, p in m.state_dict().items(): p.data += d`:
+    the entries require no grad, share the parameter's storage, and an in-place write on one
+    records no graph (it bumps the version the parameter shares, as the `no_grad` form does)."""
+    model = torch.nn.Linear(2, 2)
+    entry = model.state_dict()["weight"]
+    assert not entry.requires_grad and entry.grad_fn is None
+    assert entry.data_ptr() == model.weight.data_ptr()
+    before = model.weight._version
+    entry += torch.ones(2, 2)  # outside no_grad
+    assert not entry.requires_grad and entry.grad_fn is None
+    assert torch.equal(model.weight.detach(), entry)
+    assert model.weight._version == before + 1
+    assert model.state_dict(keep_vars=True)["weight"] is model.weight  # keep_vars: the parameter itself
