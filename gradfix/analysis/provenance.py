@@ -61,7 +61,8 @@ NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor
 # Methods that keep a tensor that needs no grad that way (conversions, views, in-place fills).
 KEEPING_METHODS = frozenset(
     "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
-    "permute t squeeze unsqueeze expand flatten clone detach zero_ normal_ uniform_ fill_ pin_memory "
+    "permute t squeeze unsqueeze squeeze_ unsqueeze_ expand repeat flatten clone detach zero_ normal_ "
+    "uniform_ fill_ pin_memory "
     "random_ exponential_ geometric_ cauchy_ log_normal_ bernoulli_ "  # in-place sampling (numbers only)
     # the other tensor lends only its shape or type
     "expand_as view_as reshape_as type_as".split()
@@ -586,23 +587,29 @@ def legacy_classes(facts: FileFacts, read: ast.Name) -> frozenset[str]:
     classes (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``): the module's
     own bindings for a global, the ones reaching the read for a function's local alias; empty
     when anything else may bind it."""
-    scope = _alias_scope(facts, read)
-    if scope is _ANY_SCOPE:
-        return frozenset()
-    if scope is None:
-        values = facts.memo(("provenance.module_aliases", read.id), lambda: _module_alias_values(facts, read.id))
-    else:
-        definitions = reaching_definitions(facts, scope).reaching.get(read)
-        if not definitions or any(d is UNKNOWN or d.kind != "assign" for d in definitions):
-            return frozenset()
-        values = [d.value for d in definitions]
     classes: set[str] = set()
-    for value in values or ():
+    for value in bound_values(facts, read) or ():
         found = _legacy_class(facts, value)
         if not found:
             return frozenset()
         classes |= found
     return frozenset(classes)
+
+
+def bound_values(facts: FileFacts, read: ast.Name) -> list[ast.expr]:
+    """The values every binding that the name ``read`` may see assigns, when all of them are
+    plain assignments: the module's own for a global read in a def (:func:`_module_alias_values`),
+    the ones reaching the read for a local or in module-level code; empty when anything else may
+    bind it."""
+    scope = _alias_scope(facts, read)
+    if scope is _ANY_SCOPE:
+        return []
+    definitions = reaching_definitions(facts, scope).reaching.get(read) if scope is not None or facts.function_of.get(read) is None else None
+    if definitions and all(d is not UNKNOWN and d.kind == "assign" for d in definitions):
+        return [d.value for d in definitions]
+    if scope is None:
+        return facts.memo(("provenance.module_aliases", read.id), lambda: _module_alias_values(facts, read.id))
+    return []
 
 
 _ANY_SCOPE = object()
@@ -733,6 +740,11 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         ):
             if node.func.attr in ("fill_", "bernoulli_") and not all(_number(facts, a) for a in node.args):
                 return None  # a tensor fill value (or probability) may need grad
+            if node.func.attr == "clone" and not node.args:
+                # a copy: what the original is, but no one else holds it (`Variable(w.clone(),
+                # requires_grad=True)` may become the copy itself)
+                inner = _origin(facts, node.func.value, seen, depth + 1, conv)
+                return Origin(inner.kind, None, inner.line) if inner is not None else None
             node = node.func.value
             continue
         if isinstance(node, ast.Call) and (handed := passed_through(facts, node)) is not None:
@@ -744,6 +756,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         break
     if isinstance(node, ast.Name):
         return _name_origin(facts, node, seen, depth, conv)
+    if _transformed_image(facts, node):
+        return Origin(FRESH)  # `preprocess(Image.open(path))`: a new tensor from an image file
     if _dataset_item(facts, node):
         return Origin(BATCH)
     if isinstance(node, ast.Attribute) and conv is None and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -766,12 +780,62 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         branches = [b for b in (node.body, node.orelse) if not _constant(b)]
         if branches:
             return _combine([_origin(facts, b, seen, depth + 1, conv) for b in branches])
+    if isinstance(node, ast.Call) and (returned := _returned_origin(facts, node, seen, depth)) is not None:
+        return returned  # `self._scale_noise(n)`: what a def of the file returns
     if (  # `next(train_iter)`: a batch drawn by hand
         isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "next"
         and node.args and facts.resolve_name("next", node) is None and loader_iterable(facts, node.args[0])
     ):
         return Origin(BATCH)
     return _computed(facts, node, seen, depth, conv)
+
+
+def _transformed_image(facts: FileFacts, node: ast.AST) -> bool:
+    """``node`` applies a torchvision transform (``transforms.Compose([...])``, ``ToTensor()``,
+    called directly or through a name bound to one) to a PIL image (``Image.open(..)``, its
+    ``.convert(..)``, or a name bound to such): the tensor it makes is new, with no graph."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
+        return False
+    return _transform(facts, node.func) and _pil_image(facts, node.args[0])
+
+
+def _transform(facts: FileFacts, func: ast.AST, depth: int = 0) -> bool:
+    if isinstance(func, ast.Call):
+        return (facts.call_qualname(func) or "").startswith("torchvision.transforms.")
+    if isinstance(func, ast.Name) and depth < 3:
+        values = bound_values(facts, func)
+        return bool(values) and all(_transform(facts, v, depth + 1) for v in values)
+    return False
+
+
+def _pil_image(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _IMAGE_METHODS:
+        expr = expr.func.value  # `Image.open(p).convert("RGB")`
+    if isinstance(expr, ast.Call):
+        return (facts.call_qualname(expr) or "").startswith("PIL.")
+    if isinstance(expr, ast.Name) and depth < 3:
+        values = bound_values(facts, expr)
+        return bool(values) and all(_pil_image(facts, v, depth + 1) for v in values)
+    return False
+
+
+_IMAGE_METHODS = frozenset("convert resize crop rotate transpose copy".split())  # PIL.Image methods giving an image
+
+
+def _returned_origin(facts: FileFacts, call: ast.Call, seen, depth) -> Origin | None:
+    """What a def of the file that ``call`` runs returns, when every ``return`` gives a value of
+    known origin that nothing else holds afterwards (a new object, or a local of the def that
+    no other reference keeps: :func:`sole_holder`); None otherwise."""
+    returned = _returned_values(facts, call)
+    if not returned or any(v in seen for v in returned):
+        return None  # (a def returning its own call's value: not followed round again)
+    parts = []
+    for value in returned:
+        found = _origin(facts, value, seen | {value}, depth + 1)
+        if found is None or found.holder is not None and not (isinstance(found.holder, ast.Name) and sole_holder(facts, found.holder)):
+            return None
+        parts.append(Origin(found.kind, None, found.line))
+    return _combine(parts)
 
 
 def _dataset_item(facts: FileFacts, node: ast.AST) -> bool:
@@ -932,10 +996,9 @@ def _variable_result(facts, call: ast.Call, seen, depth, conv=None) -> Origin | 
 def _name_origin(facts, name: ast.Name, seen, depth, conv=None) -> Origin | None:
     iterated = _comprehension_source(facts, name)
     if iterated is not None:  # `[Variable(d) for d in batch]`: an element of what it iterates
-        if loader_iterable(facts, iterated):
-            return Origin(BATCH)  # `[f(Variable(x)) for x, y in val_loader]`
-        # the elements are the iterated objects (or their parts): whoever holds those holds them
-        return _origin(facts, iterated, seen, depth + 1, conv)
+        # a loader's batch (`[f(Variable(x)) for x, y in val_loader]`), else the iterated
+        # objects (or their parts): whoever holds those holds them
+        return _element_origin(facts, iterated, seen, depth) or _origin(facts, iterated, seen, depth + 1, conv)
     func = facts.function_of.get(name)
     if isinstance(func, ast.Lambda):
         return None
@@ -1204,11 +1267,7 @@ def _definition_origin(facts, flow, definition: Definition, seen, depth, conv=No
     if definition.kind == "assign":
         return _origin(facts, definition.value, seen, depth, conv)
     if definition.kind == "loop":
-        if loader_iterable(facts, definition.value):
-            return Origin(BATCH)
-        if _state_dict_entries(definition.value):
-            return Origin(DETACHED)  # `for name, p in model.state_dict().items()` (a key is a str)
-        return None
+        return _element_origin(facts, definition.value, seen, depth)
     if definition.kind == "aug":
         old = flow.augmented.get(definition.node, frozenset({UNKNOWN}))
         if UNKNOWN in old:
@@ -1222,6 +1281,26 @@ def _definition_origin(facts, flow, definition: Definition, seen, depth, conv=No
             parts.append(_origin(facts, value, seen, depth, conv))
         return _combine(parts)
     return None
+
+
+def _element_origin(facts, iterated: ast.AST, seen, depth) -> Origin | None:
+    """What a ``for`` loop over ``iterated`` binds: a batch from a loader, or from iterating a
+    batch (`for img_a, img_b in zip(imgs["A"], imgs["B"])` after `imgs = next(iter(loader))`:
+    its rows), a detached tensor from a state dict; through ``zip``/``enumerate`` (whose index
+    is an int) and order-keeping wrappers. Anything else is not followed (a list may have
+    gained other elements by `.append`)."""
+    if loader_iterable(facts, iterated):
+        return Origin(BATCH)
+    if _state_dict_entries(iterated):
+        return Origin(DETACHED)  # `for name, p in model.state_dict().items()` (a key is a str)
+    if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) and iterated.args and not iterated.keywords:
+        if facts.resolve_name(iterated.func.id, iterated) is None:
+            if iterated.func.id == "zip":
+                return _combine([_element_origin(facts, a, seen, depth + 1) for a in iterated.args])
+            if iterated.func.id in ("enumerate", *_ORDER_WRAPPERS) and len(iterated.args) == 1:
+                return _element_origin(facts, iterated.args[0], seen, depth + 1)
+    found = _origin(facts, iterated, seen, depth + 1)
+    return found if found is not None and found.kind == BATCH else None
 
 
 def _combine(parts: list[Origin | None]) -> Origin | None:
@@ -1377,14 +1456,14 @@ def _harmless_read(facts, node: ast.expr) -> bool:
                 return False
             if method.endswith("_"):  # in place: the operands must need no grad
                 operands = [*call.args, *(k.value for k in call.keywords)]
-                return all(isinstance(a, ast.Constant) or (o := origin(facts, a)) is not None and o.kind in PROVEN for a in operands)
+                return all(_constant(a) or (o := origin(facts, a)) is not None and o.kind in PROVEN for a in operands)
         return True
     if isinstance(parent, ast.Subscript) and parent.value is node:
         if isinstance(parent.ctx, ast.Load):
             return True
         assign = facts.parents.get(parent)
         value = getattr(assign, "value", None)
-        return value is not None and (isinstance(value, ast.Constant) or (o := origin(facts, value)) is not None and o.kind in PROVEN)
+        return value is not None and (_constant(value) or (o := origin(facts, value)) is not None and o.kind in PROVEN)
     if isinstance(parent, (ast.BinOp, ast.UnaryOp, ast.Compare)):
         return True
     if isinstance(parent, (ast.List, ast.Tuple)) and isinstance(parent.ctx, ast.Load):

@@ -545,9 +545,16 @@ def _needs_no_graph(facts, stmt: ast.stmt) -> bool:
 
 
 def _alone_on_its_lines(facts, stmt: ast.stmt) -> bool:
-    """No comment and no other statement on ``stmt``'s lines (a `;` may end it)."""
+    """No comment and no other statement on ``stmt``'s lines (a `;` may end it), but a
+    trailing comment that speaks of the wrapper (`x = Variable(x)  # wrap in a Variable`),
+    which goes with the line."""
     lines = [facts.line_text(n) for n in range(stmt.lineno, stmt.end_lineno + 1)]
-    return not any("#" in line for line in lines) and "\n".join(lines).strip().removesuffix(";").rstrip() == facts.segment(stmt)
+    text, segment = "\n".join(lines).strip(), facts.segment(stmt)
+    if text.startswith(segment) and "#" not in segment:
+        comment = text[len(segment):].strip()
+        if comment.startswith("#") and "\n" not in comment and _WRAPPER_COMMENT.search(comment):
+            return True
+    return not any("#" in line for line in lines) and text.removesuffix(";").rstrip() == segment
 
 
 def _copies_itself(comp: ast.ListComp, call: ast.Call, plan: Rewrite) -> bool:
@@ -595,11 +602,13 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
     """The calls whose statement would read ``data = data`` (``data, target = data, target``)
     once every wrapper in it is dropped: that statement goes instead, ``call -> (statement,
     heir)``, where ``heir`` is the statement after it that keeps the blank lines above it
-    (None: there are none). Only for a statement alone on its lines, with no comment, and not for
-    every statement of a block (it needs one). Second: the calls of such statements that must
-    stay (a comment above them, blank lines and no statement after them to carry those, or a
+    (None: there are none). Only for a statement alone on its lines, with no comment (but one
+    that speaks of the wrapper), and not for every statement of a block (it needs one). Second:
+    the calls of such statements that must stay (a comment above or beside them, another
+    statement on their lines, blank lines and no statement after them to carry those, or a
     block they would leave empty): they become the exact alias, never ``x = x``."""
     found: dict[ast.Call, ast.Assign] = {}
+    held: set[ast.Call] = set()  # self-assignments a comment or another statement holds in place
     for call, plan in plans.items():
         stmt = facts.parents.get(call)
         if isinstance(stmt, ast.ListComp):  # `targets = [Variable(t) for t in targets]`
@@ -623,10 +632,11 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
         ):
             continue
         if not _alone_on_its_lines(facts, stmt):
-            continue  # a comment, or another statement on its lines
+            held.update(v for _, v in pairs)  # a comment, or another statement on its lines
+            continue
         for _, v in pairs:
             found[v] = stmt
-    candidates = set(found)
+    candidates = set(found) | held
     # A block must keep a statement: where every statement of it would go, none goes; but an
     # `else:` whose every statement would go goes with them (`if cuda: x = Variable(x.cuda())
     # else: x = Variable(x)` becomes `if cuda: x = x.cuda()`), when its fixes are alike in safety

@@ -308,3 +308,108 @@ def test_a_grad_divided_by_a_def_returning_an_int_needs_no_no_grad():
         GF304,
     )
     assert "        p.grad /= world_size()\n" in fixed and "no_grad" not in fixed, fixed
+
+
+# -- more that carries no graph: copies, a batch's rows, transformed images ----------------------
+def test_a_clone_is_held_by_no_one_else_so_it_takes_requires_grad_itself():
+    # distiller's L1-regularization notebook
+    fixed = _fixed(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        initial_guess = torch.Tensor([8, 5])
+        W = Variable(initial_guess, requires_grad=True)
+        W_l1 = Variable(initial_guess.clone(), requires_grad=True)
+        print(initial_guess, W, W_l1)
+        """
+    )
+    assert "W = initial_guess.detach().requires_grad_()\n" in fixed, fixed  # shares initial_guess
+    assert "W_l1 = initial_guess.clone().requires_grad_()\n" in fixed, fixed
+
+
+def test_the_rows_of_a_batch_drawn_by_hand_are_batches():
+    # PyTorch-GAN's bicyclegan/munit sample_images
+    fixed = _fixed(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        def sample_images(generator, val_dataloader, n):
+            imgs = next(iter(val_dataloader))
+            for img_A, img_B in zip(imgs["A"], imgs["B"]):
+                real_A = img_A.view(1, *img_A.shape).repeat(n, 1, 1, 1)
+                real_A = Variable(real_A.type(torch.FloatTensor))
+                generator(real_A)
+        """
+    )
+    assert "        real_A = real_A.type(torch.FloatTensor)\n" in fixed, fixed
+
+
+def test_a_torchvision_transform_of_a_pil_image_is_a_fresh_tensor():
+    # ESRGAN's test_on_image, Fast-Pytorch's CNN_Visualization, distiller's feature maps
+    fixed = _fixed(
+        """\
+        import torch
+        from PIL import Image
+        from torchvision import transforms
+        from torch.autograd import Variable
+
+        transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
+        img = Image.open("x.jpg")
+        img = transform(img)
+        img = img.unsqueeze_(0)
+        sample = Variable(img)
+        direct = Variable(transform(Image.open("y.jpg").convert("RGB"))).unsqueeze(0)
+        of_a_tensor = Variable(transform(torch.rand(3, 4, 4)))
+        """
+    )
+    assert "sample = img\n" in fixed, fixed
+    assert 'direct = transform(Image.open("y.jpg").convert("RGB")).unsqueeze(0)\n' in fixed, fixed
+    assert "of_a_tensor = transform(torch.rand(3, 4, 4)).detach()\n" in fixed, fixed  # a tensor in: not followed
+
+
+def test_a_self_assignment_goes_with_a_comment_about_the_wrapper_and_never_stays_as_x_eq_x():
+    # Fast-Pytorch's MLP notebook: `x=Variable(x) #Variable initialization`
+    fixed = _fixed(
+        """\
+        import torch
+        from torch.autograd import Variable
+
+        x = torch.tensor([1.0])
+        y = torch.tensor([2.0])
+        x=Variable(x) #Variable initialization
+        y=Variable(y)  # keep this note
+        print(x, y)
+        """
+    )
+    assert "x=" not in fixed, fixed
+    assert "y=y.detach()  # keep this note\n" in fixed, fixed  # the note stays: the exact alias, never `y=y`
+
+
+def test_what_a_def_of_the_file_returns_is_followed_when_nothing_else_holds_it():
+    # PyTorch-GAN's ccgan: apply_random_mask(imgs) returns a clone of the batch, written with -1
+    source = """\
+        import numpy as np
+        from torch.autograd import Variable
+
+        def apply_random_mask(imgs):
+            masked = imgs.clone()
+            for i, (y, x) in enumerate(np.random.randint(0, 8, (imgs.shape[0], 2))):
+                masked[i, :, y:y + 4, x:x + 4] = -1
+            return masked
+
+        def keep(imgs, store):
+            store.append(imgs)
+            return imgs
+
+        def fit(dataloader, model, store):
+            for imgs, _ in dataloader:
+                masked = apply_random_mask(imgs)
+                masked = Variable(masked)
+                kept = Variable(keep(imgs, store), requires_grad=True)
+                model(masked, kept).backward()
+        """
+    fixed = _fixed(source)
+    assert "masked = masked" not in fixed and "Variable(masked)" not in fixed, fixed
+    assert "kept = keep(imgs, store).detach().requires_grad_()" in fixed, fixed  # the list holds it too

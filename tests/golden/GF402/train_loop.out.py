@@ -8,7 +8,6 @@ def train_epoch(model, loader, optimizer, use_cuda=False):
     model.train()
     criterion = nn.CrossEntropyLoss()
     for batch_idx, (data, target) in enumerate(loader):
-        data, target = data, target  # wrap the batch
         if use_cuda:
             data = data.float().cuda()
         optimizer.zero_grad()
