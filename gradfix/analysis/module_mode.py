@@ -1308,7 +1308,9 @@ def train_mode_reaches(facts: FileFacts, func, names: tuple[str, ...], node: ast
 def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
     """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file whose mode
     can outlive their scope: on some path from the switch to the scope's end (a `return`
-    included) no switch back of that module (or a related one) runs."""
+    included) no switch back of that module (or a related one) runs; and the calls that hand a
+    module to a def of the file leaving that parameter in eval mode (`acc_check(resnet50, ..)`,
+    whose `net.eval()` is not undone), under the name the caller passes."""
 
     def compute():
         out: dict[str, list[ast.AST]] = {}
@@ -1318,6 +1320,16 @@ def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
             mine = own_switches(facts, scope)
             for receiver in dict.fromkeys(s.receiver for s in mine if s.mode == "eval"):
                 out.setdefault(receiver, []).extend(_evals_reaching_exit(facts, scope, receiver, mine))
+        leaked = {m for m, calls in out.items() if calls}
+        for call in facts.calls if leaked else ():
+            for func in callees(facts, call).defs:
+                params = set(parameter_names(func, star=False)) & leaked
+                for arg in (*call.args, *(k.value for k in call.keywords)):
+                    passed = dotted_name(arg)
+                    if passed is None or passed in params:
+                        continue  # the same name: its own switches already count
+                    if EVAL in leaves(facts, func, passed_names(func, call, (passed,)) & params):
+                        out.setdefault(passed, []).append(call)
         return {m: calls for m, calls in out.items() if calls}
 
     return facts.memo(("module_mode.leaking_evals",), compute)

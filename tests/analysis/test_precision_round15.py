@@ -413,3 +413,37 @@ def test_what_a_def_of_the_file_returns_is_followed_when_nothing_else_holds_it()
     fixed = _fixed(source)
     assert "masked = masked" not in fixed and "Variable(masked)" not in fixed, fixed
     assert "kept = keep(imgs, store).detach().requires_grad_()" in fixed, fixed  # the list holds it too
+
+
+# -- an evaluation helper leaves the module it is handed in eval mode, whatever its name -------
+SCRIPT_WITH_ACC_CHECK = """\
+import torch
+import torch.nn as nn
+
+net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+
+def acc_check(model, loader):
+    model.eval()
+    with torch.no_grad():
+        return sum(model(x).sum().item() for x in loader)
+
+
+for epoch in range(3):
+    for x in loader:
+        opt.zero_grad()
+        net(x).sum().backward()
+        opt.step()
+    acc = acc_check(net, test_loader)
+"""
+
+
+def test_a_script_that_evaluates_through_a_helper_each_epoch_trains_in_eval_mode_after_the_first():
+    # deeplearningzerotoall's ResNet notebook once GF104 put `net.eval()` into acc_check: epochs
+    # 2-150 trained with batch norm frozen, and GF105 (matching `.eval()` receivers by name) was silent
+    findings = check(SCRIPT_WITH_ACC_CHECK, "<string>", settings=GF105)
+    assert [(f.code, f.line) for f in findings] == [("GF105", 17)], findings
+    assert "acc_check(net, test_loader)" in findings[0].message
+    fixed = fix(SCRIPT_WITH_ACC_CHECK, "<string>", settings=GF105)
+    assert "for epoch in range(3):\n    net.train()\n" in fixed, fixed
