@@ -796,26 +796,19 @@ def _transformed_image(facts: FileFacts, node: ast.AST) -> bool:
     ``.convert(..)``, or a name bound to such): the tensor it makes is new, with no graph."""
     if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
         return False
-    return _transform(facts, node.func) and _pil_image(facts, node.args[0])
+    return _built_by(facts, node.func, "torchvision.transforms.") and _built_by(facts, node.args[0], "PIL.", _IMAGE_METHODS)
 
 
-def _transform(facts: FileFacts, func: ast.AST, depth: int = 0) -> bool:
-    if isinstance(func, ast.Call):
-        return (facts.call_qualname(func) or "").startswith("torchvision.transforms.")
-    if isinstance(func, ast.Name) and depth < 3:
-        values = bound_values(facts, func)
-        return bool(values) and all(_transform(facts, v, depth + 1) for v in values)
-    return False
-
-
-def _pil_image(facts: FileFacts, expr: ast.AST, depth: int = 0) -> bool:
-    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _IMAGE_METHODS:
+def _built_by(facts: FileFacts, expr: ast.AST, package: str, methods: frozenset = frozenset(), depth: int = 0) -> bool:
+    """``expr`` is what a call into ``package`` gives (through ``methods`` of it), or a name
+    every binding it may see binds to one."""
+    while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in methods:
         expr = expr.func.value  # `Image.open(p).convert("RGB")`
     if isinstance(expr, ast.Call):
-        return (facts.call_qualname(expr) or "").startswith("PIL.")
+        return (facts.call_qualname(expr) or "").startswith(package)
     if isinstance(expr, ast.Name) and depth < 3:
         values = bound_values(facts, expr)
-        return bool(values) and all(_pil_image(facts, v, depth + 1) for v in values)
+        return bool(values) and all(_built_by(facts, v, package, methods, depth + 1) for v in values)
     return False
 
 

@@ -401,7 +401,7 @@ def _own_edits(ctx, finding, kind, module, statement, heir):
 
     if module:
         ctx.remove_import_if_unused(module, "Variable")
-    if statement is not None and is_else(heir):
+    if statement is not None and _is_else(heir):
         branch = ctx.node_at(statement, cst.Else)
         edits = [Edit(branch, cst.RemoveFromParent())]
         footer = getattr(branch.body, "footer", ())
@@ -479,7 +479,7 @@ def report_rewrites(rule, facts, planned, exact: bool):
         title = plan.title
         if statement is not None:
             title = (
-                "Remove the `else` branch: without the wrappers it assigns values to themselves" if is_else(heir)
+                "Remove the `else` branch: without the wrappers it assigns values to themselves" if _is_else(heir)
                 else "Remove the line: without the wrappers it assigns the value to itself"
             )
             if plan.assumption:
@@ -496,8 +496,8 @@ def report_rewrites(rule, facts, planned, exact: bool):
             data=(
                 plan.kind,
                 found.import_module,
-                statement if is_else(heir) else facts.span(statement) if statement is not None else None,
-                heir if is_else(heir) else facts.span(heir) if heir is not None else None,
+                statement if _is_else(heir) else facts.span(statement) if statement is not None else None,
+                heir if _is_else(heir) else facts.span(heir) if heir is not None else None,
                 tuple(facts.span(s) for s in loop) if loop is not None else None,
             ),
         )
@@ -687,7 +687,7 @@ def self_assignments(facts, plans: dict[ast.Call, Rewrite]) -> tuple[dict[ast.Ca
 ELSE = "else"  # the heir of a self-assignment that goes with its whole `else:` branch
 
 
-def is_else(heir) -> bool:
+def _is_else(heir) -> bool:
     """``heir`` marks a whole `else:` branch that goes: ``ELSE``, or ``(ELSE, heir, indent)``."""
     return heir == ELSE or isinstance(heir, tuple)
 

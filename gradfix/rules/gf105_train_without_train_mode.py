@@ -45,7 +45,8 @@ class TrainWithoutTrainMode(Rule):
     ## What it does
     Finds a training function (it calls `.backward()` and `optimizer.step()`) that runs a
     module the same file puts into eval mode elsewhere (a real `model.eval()` or
-    `model.train(False)` call, named in the message with its line), without calling
+    `model.train(False)` call, or a call that hands the module to a def of the file leaving
+    it in eval mode, `acc_check(net, loader)`, named in the message with its line), without calling
     `<module>.train()` where every training step is reached after it: in the function, or
     inside the epoch loop when the loop evaluates (`for epoch …: train steps …;
     evaluate(model)`). Both are questions about the function's control flow: the eval mode

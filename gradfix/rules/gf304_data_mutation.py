@@ -310,7 +310,8 @@ class DataMutation(Rule):
     or `@torch.no_grad()` on a function that does nothing else (a weight-init function for
     `model.apply`). A gradient needs no `with`: `p.grad.data.zero_()`, `p.grad.data *= k`,
     `p.grad.data.clamp_(-c, c)` become `p.grad.zero_()`, `p.grad *= k`, `p.grad.clamp_(-c, c)`,
-    as torch's own optimizers write them.
+    as torch's own optimizers write them; so does a state dict's entry, a detached tensor
+    (`for n, p in delta.state_dict().items(): p.data += base[n]` becomes `p += base[n]`).
 
     ## Fix safety
     Unsafe: the version counter now applies, so code that overwrote a tensor that a pending
