@@ -35,7 +35,7 @@ a seventh: under ``# Round 9``, ``verdicts9.tsv``, ``/work/corpus12``, ``/work/p
 ``verdicts13.tsv``, ``/work/corpus16``, ``/work/precision-out-r13``), ``--sample 12`` (round
 14, a twelfth: under ``# Round 14``, ``verdicts14.tsv``, ``/work/corpus18``,
 ``/work/precision-out-r14``) and ``--sample 13`` (round 15, a thirteenth: under ``# Round 15``,
-``verdicts15.tsv``, ``/work/corpus19``, ``/work/precision-out-r15``).
+``verdicts15.tsv``, ``/work/corpus20``, ``/work/precision-out-r15``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -70,7 +70,7 @@ SAMPLES = {
     10: (HERE / "verdicts12.tsv", Path("/work/corpus15"), Path("/work/precision-out-r12")),
     11: (HERE / "verdicts13.tsv", Path("/work/corpus16"), Path("/work/precision-out-r13")),
     12: (HERE / "verdicts14.tsv", Path("/work/corpus18"), Path("/work/precision-out-r14")),
-    13: (HERE / "verdicts15.tsv", Path("/work/corpus19"), Path("/work/precision-out-r15")),
+    13: (HERE / "verdicts15.tsv", Path("/work/corpus20"), Path("/work/precision-out-r15")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
 SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6, "# Round 9": 7, "# Round 10": 8, "# Round 11": 9, "# Round 12": 10, "# Round 13": 11, "# Round 14": 12, "# Round 15": 13}
