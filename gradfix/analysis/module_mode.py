@@ -1321,7 +1321,11 @@ def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
             for receiver in dict.fromkeys(s.receiver for s in mine if s.mode == "eval"):
                 out.setdefault(receiver, []).extend(_evals_reaching_exit(facts, scope, receiver, mine))
         leaked = {m for m, calls in out.items() if calls}
-        for call in facts.calls if leaked else ():
+        # the defs whose own parameter an `.eval()` leaves switched, by name: only their calls count
+        helpers = {f.name for f in facts.functions if isinstance(f, FUNCTIONS) and leaked & set(parameter_names(f, star=False))}
+        for call in facts.calls if helpers else ():
+            if callee_name(call) not in helpers:
+                continue
             for func in callees(facts, call).defs:
                 params = set(parameter_names(func, star=False)) & leaked
                 for arg in (*call.args, *(k.value for k in call.keywords)):

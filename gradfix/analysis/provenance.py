@@ -1292,6 +1292,8 @@ def _element_origin(facts, iterated: ast.AST, seen, depth) -> Origin | None:
                 return _combine([_element_origin(facts, a, seen, depth + 1) for a in iterated.args])
             if iterated.func.id in ("enumerate", *_ORDER_WRAPPERS) and len(iterated.args) == 1:
                 return _element_origin(facts, iterated.args[0], seen, depth + 1)
+    if not isinstance(iterated, (ast.Name, ast.Subscript)):
+        return None  # (`range(n)`, `model.parameters()`, `self.layers`: no batch to take rows of)
     found = _origin(facts, iterated, seen, depth + 1)
     return found if found is not None and found.kind == BATCH else None
 
