@@ -604,9 +604,10 @@ def bound_values(facts: FileFacts, read: ast.Name) -> list[ast.expr]:
     scope = _alias_scope(facts, read)
     if scope is _ANY_SCOPE:
         return []
-    definitions = reaching_definitions(facts, scope).reaching.get(read) if scope is not None or facts.function_of.get(read) is None else None
-    if definitions and all(d is not UNKNOWN and d.kind == "assign" for d in definitions):
-        return [d.value for d in definitions]
+    if scope is not None or facts.function_of.get(read) is None:  # a local, or module-level code
+        definitions = reaching_definitions(facts, scope).reaching.get(read)
+        if definitions and all(d is not UNKNOWN and d.kind == "assign" for d in definitions):
+            return [d.value for d in definitions]
     if scope is None:
         return facts.memo(("provenance.module_aliases", read.id), lambda: _module_alias_values(facts, read.id))
     return []

@@ -1447,12 +1447,17 @@ def _data_reads(facts, stmt: ast.stmt, written: ast.Attribute) -> list[ast.Attri
 _NEEDS_NO_GRAD_REASON = {False: "a `.grad` does not require grad", True: "a detached tensor does not require grad"}
 
 
-def _detached(facts, attr: ast.Attribute) -> bool:
-    """The tensor behind ``attr`` (a ``X.data``) is a detached alias (a state dict's)."""
+def _written_tensor(attr: ast.Attribute) -> ast.expr:
+    """The tensor whose ``.data`` ``attr`` is, items aside (``p.grad.data[mask]`` -> ``p.grad``)."""
     receiver = attr.value
     while isinstance(receiver, ast.Subscript):
         receiver = receiver.value
-    found = origin(facts, receiver)
+    return receiver
+
+
+def _detached(facts, attr: ast.Attribute) -> bool:
+    """The tensor behind ``attr`` (a ``X.data``) is a detached alias (a state dict's)."""
+    found = origin(facts, _written_tensor(attr))
     return found is not None and found.kind == DETACHED
 
 
@@ -1463,9 +1468,7 @@ def _grad_write(facts, stmt: ast.stmt, attr: ast.Attribute) -> bool:
     ``no_grad`` records nothing, like the ``.data`` write, and gives the same values (pinned in
     tests/facts/test_gf304_facts.py). This is what torch's own optimizers write
     (``p.grad.zero_()``)."""
-    receiver = attr.value
-    while isinstance(receiver, ast.Subscript):
-        receiver = receiver.value
+    receiver = _written_tensor(attr)
     if _detached(facts, attr):
         owner = receiver  # `for name, p in model.state_dict().items(): p.data += ..`: a detached alias
     elif not (isinstance(receiver, ast.Attribute) and receiver.attr == "grad") or grads_may_require_grad(facts):
