@@ -276,7 +276,18 @@ def _compiles(source: bytes, path: str) -> bool:
 def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings, path: str, project, admit=None) -> StableFix:
     current, fixed, first_pass, notes = source, [], set(), []
     for number in range(FIX_PASSES):
-        run = fix_findings(current, findings if admit is None else admit(current, findings), settings, path)
+        wanted = list(findings if admit is None else admit(current, findings))
+        while True:
+            run = fix_findings(current, wanted, settings, path)
+            if run is None or run.source == current:
+                break
+            after = check(run.source, path, settings, project)  # it compiled, so it parses
+            futile = _left_in_place(current, wanted, run.source, run.applied, after)
+            if not futile:
+                break
+            # a fix after which its finding is still there is no fix: the pass runs without it
+            # (else each pass would apply it again: ten `model.eval()` lines, none of them helping)
+            wanted = [None if i in futile else f for i, f in enumerate(wanted)]
         if run is None:
             break
         notes.extend(n for n in run.notes if n not in notes)
@@ -286,10 +297,32 @@ def _fix_until_stable(source: bytes, findings: list[Finding], settings: Settings
             first_pass = set(run.applied)
         fixed += [findings[i] for i in sorted(run.applied)]
         current = run.source
-        findings = check(current, path, settings, project)  # it compiled, so it parses
+        findings = after
     else:
         return StableFix(current, fixed, first_pass, findings, notes, settled=False)
     return StableFix(current, fixed, first_pass, findings, notes)
+
+
+def _left_in_place(old: bytes, before: list[Finding | None], new: bytes, applied: set[int], after: list[Finding]) -> set[int]:
+    """The indexes of ``applied`` (into ``before``, the findings of ``old``) whose finding is
+    still there in ``after`` (the findings of ``new``): as many findings of the same rule, at
+    the same column of an unchanged line of code, with the same message up to its numbers."""
+    from collections import Counter
+
+    def keys(source: bytes, findings) -> list:
+        lines = source.splitlines()
+        return [
+            (f.code, f.cell, f.span.col, _DIGITS.sub("#", f.message), lines[f.span.line - 1].strip() if f.span.line <= len(lines) else b"")
+            for f in findings
+        ]
+
+    were = keys(old, [f for f in before if f is not None])
+    mine = dict(zip((i for i, f in enumerate(before) if f is not None), were))
+    counts, remaining = Counter(were), Counter(keys(new, after))
+    return {i for i in applied if remaining[mine[i]] >= counts[mine[i]]}
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def fix(source: bytes | str, path: str = "<string>", settings: Settings = Settings(), project=None) -> bytes | str:

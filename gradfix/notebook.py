@@ -38,6 +38,10 @@ from gradfix.model import FileResult, FixOutcome, Span
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
 _FUTURE = re.compile(r"^from[ \t]+__future__[ \t]+import[ \t]+[\w \t,]+(?:#.*)?$")
 _LINE_MAGIC = re.compile(r"^[ \t]*(?:[%!]|[A-Za-z_][\w.]*[ \t]*=[ \t]*[%!])|^[ \t]*[^#\s].*\?[ \t]*$")
+# Line magics that run the Python statement after them once or more (`%time train()`,
+# `%timeit -n 3 f(x)`): the rules see that statement after the placeholder, on its line.
+_STATEMENT_MAGIC = re.compile(r"^[ \t]*%(?:time|timeit|prun)(?:[ \t]+-[A-Za-z](?:[ \t]*\d+)?)*[ \t]+(\S.*)$")
+_PLACEHOLDER = re.compile(r"_gradfix_magic_[0-9A-Za-z]+_")
 
 
 class NotebookError(Exception):
@@ -187,6 +191,8 @@ class Analysed:
 
     code: str  # ends with a newline
     masks: dict[str, str] = field(default_factory=dict)  # placeholder line -> original line
+    # line of the cell (1-based) -> what to add to a column of the statement a magic runs
+    shifts: dict[int, int] = field(default_factory=dict)
 
 
 def mask_cell(source: str, nonce: str, index: int) -> Analysed | str:
@@ -199,11 +205,16 @@ def mask_cell(source: str, nonce: str, index: int) -> Analysed | str:
     if not futures and _parses(code) is None:
         return Analysed(code)
     masks: dict[str, str] = {}
+    shifts: dict[int, int] = {}
 
     def mask(number: int) -> None:
         body = lines[number].rstrip("\r\n")
         indent = body[: len(body) - len(body.lstrip(" \t"))]
         placeholder = f"{indent}_gradfix_magic_{nonce}_{index}_{number}"
+        statement = _magic_statement(body)
+        if statement is not None:  # `_gradfix_magic_..._7; train()`: the call is seen, the line kept
+            shifts[number + 1] = statement.start(1) - len(placeholder) - 2
+            placeholder += f"; {statement.group(1)}"
         masks[placeholder] = body
         lines[number] = placeholder + lines[number][len(body):]
 
@@ -223,7 +234,20 @@ def mask_cell(source: str, nonce: str, index: int) -> Analysed | str:
     if error is not None:
         how = " once its IPython lines are masked" if masks else ""
         return f"does not parse{how} ({error.msg}, line {error.lineno})"
-    return Analysed(masked, masks)
+    return Analysed(masked, masks, shifts)
+
+
+def _magic_statement(line: str) -> re.Match | None:
+    """The one simple Python statement a `%time`/`%timeit`/`%prun` line runs (group 1), or None."""
+    found = _STATEMENT_MAGIC.match(line)
+    if found is None:
+        return None
+    statement = found.group(1)
+    try:
+        ast.parse(f"pass; {statement}")  # a compound statement cannot follow `;`
+    except (SyntaxError, ValueError):
+        return None
+    return found
 
 
 @dataclass
@@ -341,7 +365,7 @@ def unmask(analysed: Analysed, code: str) -> str:
         number = bodies.index(placeholder)
         lines[number] = original + lines[number][len(placeholder):]
     restored = "".join(lines)
-    name = placeholder.strip().rsplit("_", 2)[0]
+    name = _PLACEHOLDER.search(placeholder).group()
     if name in restored:  # a placeholder copied into another line
         raise CellMappingError(IPYTHON_LINE, "its fix would change a line holding IPython syntax")
     return restored
@@ -427,7 +451,8 @@ def process_notebook(raw: bytes, path: str, check, fix_virtual, want_fixes: bool
             continue
         cell, line = start
         end_line = end[1] if end and end[0] == cell else line
-        span = Span(line, finding.span.col, end_line, finding.span.end_col)
+        shifts = module.analysed[cell].shifts if cell in module.analysed else {}
+        span = Span(line, finding.span.col + shifts.get(line, 0), end_line, finding.span.end_col + shifts.get(end_line, 0))
         message = _cell_lines(finding.message, module, cell)
         mapped.append(replace(finding, span=span, cell=cell + 1, anchors=(), message=message))
     result.findings = [FixOutcome(f) for f in mapped]

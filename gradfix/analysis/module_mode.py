@@ -29,6 +29,7 @@ from gradfix.analysis.vocabulary import (
     FUNCTIONS,
     LOOPS,
     LOSS_LIKE,
+    backpropagates_a_loss,
     calls_backward,
     forward_callee,
     is_optimizer_step,
@@ -211,7 +212,7 @@ def _trained_evidence(facts: FileFacts) -> dict[str, list[ast.AST]]:
     for scope in [None, *facts.functions]:
         if scope is not None and dead(facts, scope):
             continue  # redefined before anything runs it: not what the file trains
-        if not (calls_backward(facts, scope) or steps_optimizer(facts, scope)):
+        if not (backpropagates_a_loss(facts, scope) or steps_optimizer(facts, scope)):
             continue
         # The scope's own `.train()` calls and its optimizers name what it trains; a module it
         # runs but neither switches nor optimizes is kept frozen on purpose (an old model, a
@@ -1305,6 +1306,22 @@ def train_mode_reaches(facts: FileFacts, func, names: tuple[str, ...], node: ast
     return ENTRY in modes and not (_managed_by_enclosing(facts, func, names) or _managed_by_caller(facts, func, names))
 
 
+def switched_back_after(facts: FileFacts, func, modules: list[str], target: ast.stmt, calls: list[ast.Call]) -> ast.AST | None:
+    """What would undo an `.eval()` inserted before ``target``: the first thing inside
+    ``target`` (a `.train()`, a helper leaving the module in train mode: `perturb(net=model)`
+    ending in `net.train()`) after which one of ``calls`` still runs a module of ``modules``
+    in train mode. None when the inserted switch holds for every call."""
+    for module in modules:
+        items = evaluation_items(facts, func, {module})
+        planned = sorted([*items, ModeItem(target, "eval", 0)], key=lambda i: i.key)
+        mine = [c for c in calls if (t := forward_target(facts, c)) is not None and related(t, module)]
+        if not any(modes_at(facts, func, c, planned) & {TRAIN, TRAINED} for c in mine):
+            continue
+        inside = [i.node for i in items if is_descendant(facts, i.node, target) and i.apply(frozenset({EVAL})) & {TRAIN, TRAINED}]
+        return min(inside, key=pos, default=target)
+    return None
+
+
 def leaking_evals(facts: FileFacts) -> dict[str, list[ast.AST]]:
     """Module name -> the real ``.eval()`` calls (``.train(False)``...) of the file whose mode
     can outlive their scope: on some path from the switch to the scope's end (a `return`
@@ -1787,14 +1804,26 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str, depth: int = 0) 
     """Every call of ``scope`` in the file hands in, for its parameter ``module``, a module in
     train mode there on every path (just built, or `.train()`-ed; `fit(Net(), data)` too), and
     there is one. A caller that hands on its own parameter as it got it hands what its own
-    callers give (`train_iters(enc)` calls `train(enc)`, after the script's `enc.train()`)."""
-    if scope is None or module not in parameter_names(scope, star=False):
+    callers give (`train_iters(enc)` calls `train(enc)`, after the script's `enc.train()`).
+    A name ``scope`` reads from the scope around it (a notebook's global `model`, a closure's
+    `model`) is entered as that scope has it at each of its calls there (`model.train()` then
+    `train()`); a call from anywhere else is unknown."""
+    if scope is None:
+        return False
+    free = module not in parameter_names(scope, star=False)
+    root = module.split(".", 1)[0]
+    if free and (root in parameter_names(scope) or root in facts.scope_of_node[scope].locals):
         return False
     outside = outside_callers(facts, scope)
     for call in outside:
         caller = facts.function_of.get(call)
-        argument = argument_for(scope, call, module)
-        name = dotted_name(argument) if argument is not None else None
+        if free:
+            if caller is not facts.function_of.get(scope):
+                return False
+            argument, name = None, module
+        else:
+            argument = argument_for(scope, call, module)
+            name = dotted_name(argument) if argument is not None else None
         if name is None:
             if argument is None or binding_mode(facts, caller, "", argument, call) != "trained":
                 return False

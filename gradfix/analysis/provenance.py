@@ -721,6 +721,8 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
             return assumed
     if integer_tensor(facts, expr):
         return Origin(INTEGER)  # no graph, whoever else holds it
+    if _plain_number(facts, expr):
+        return Origin(COMPUTED)  # `0` (`total = 0` before `total += ...`), `mask.shape[0]`: no tensor
     node = expr
     while True:
         if node is not expr and integer_tensor(facts, node):
@@ -964,6 +966,22 @@ def _number(facts: FileFacts, node: ast.AST, depth: int = 0) -> bool:
         return True
     returned = _returned_values(facts, node) if isinstance(node, ast.Call) and depth < 3 else None
     return bool(returned) and all(_number(facts, v, depth + 1) for v in returned)
+
+
+def _plain_number(facts: FileFacts, node: ast.AST) -> bool:
+    """A number literal, a size read off a tensor (``t.shape[0]``, ``t.size(1)``), ``int(..)``,
+    ``float(..)`` or ``t.item()``: a Python number, never a tensor."""
+    from gradfix.analysis.regions import integer_valued  # regions builds on this module
+
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    if isinstance(node, ast.Call) and not node.keywords:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("int", "float") and len(node.args) == 1 and facts.resolve_name(func.id, node) is None:
+            return True  # a Python number whatever it converts (`float(t)` of a tensor too)
+        if isinstance(func, ast.Attribute) and func.attr == "item" and not node.args:
+            return True
+    return isinstance(node, (ast.Subscript, ast.Call)) and integer_valued(facts, node)
 
 
 def _constant(node: ast.AST) -> bool:

@@ -75,8 +75,10 @@ def is_inert(facts, expr: ast.AST | None) -> bool:
         stringy = [e for e in (expr.left, expr.right) if _is_string_literal(e)]
         return bool(stringy) and is_inert(facts, expr.left) and is_inert(facts, expr.right)
     if isinstance(expr, ast.Call):
-        args_ok = all(is_inert(facts, a) for a in expr.args) and all(is_inert(facts, k.value) for k in expr.keywords)
-        if not args_ok:
+        # an argument that needs no grad by proof (`int(torch.sum(mask))` of a mask built from
+        # `.data`) is the same value under any grad mode
+        args = [*expr.args, *(k.value for k in expr.keywords)]
+        if not all(is_inert(facts, a) or same_under_no_grad(facts, a) for a in args):
             return False
         func = expr.func
         if isinstance(func, ast.Name) and func.id in _INERT_BUILTINS and is_builtin(facts, func.id, func):
@@ -294,6 +296,13 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
                 for c in ast.walk(stmt.value) if isinstance(c, ast.Call)
             )
         plain = all(isinstance(n, ast.Name) for t in targets for n in _target_leaves(t))
+        if not plain and len(targets) == 1 and isinstance(targets[0], ast.Subscript):
+            # `mask[keep] = 1` into a tensor (or array) that needs no grad, of a value that needs
+            # none either: the same values written in any grad mode
+            target = targets[0]
+            written = isinstance(stmt.value, ast.Constant) or same_under_no_grad(facts, stmt.value)
+            index = computes_no_graph(facts, target.slice) or same_under_no_grad(facts, target.slice)
+            return written and index and same_under_no_grad(facts, target.value)
         return plain and (computes_no_graph(facts, stmt.value) or same_under_no_grad(facts, stmt.value))
     if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
         return integer_valued(facts, stmt.target) and integer_valued(facts, stmt.value)  # `ptr += n`
@@ -425,14 +434,15 @@ _CONTAINER_ADDS = frozenset("append appendleft extend insert add".split())
 def _stores_same_objects(facts, call: ast.Call) -> bool:
     """``convs.append(m.weight.data)``: a container keeps the objects it is given, and
     :func:`is_inert` arguments (names, attributes, constants) are the same objects under any
-    grad mode."""
+    grad mode; a value :func:`same_under_no_grad` (``int(torch.sum(mask))`` of a mask built
+    from ``.data``) is the same value."""
     func = call.func
     return (
         isinstance(func, ast.Attribute)
         and func.attr in _CONTAINER_ADDS
         and not facts.qualname(func)
         and is_inert(facts, func.value)
-        and all(is_inert(facts, a) and not isinstance(a, ast.Call) for a in call.args)
+        and all(is_inert(facts, a) and not isinstance(a, ast.Call) or same_under_no_grad(facts, a) for a in call.args)
         and not call.keywords
     )
 
@@ -523,13 +533,16 @@ def integer_valued(facts, expr: ast.AST, seen: frozenset = frozenset()) -> bool:
 
 def _integer_name(facts, name: ast.Name, seen: frozenset) -> bool:
     func = facts.function_of.get(name)
-    if name.id in seen or func is None or isinstance(func, ast.Lambda):
+    if name.id in seen or isinstance(func, ast.Lambda):
         return name.id in seen
-    if name.id in parameter_names(func):
+    if func is None:  # a script's counter (`layer_id = 0` ... `layer_id += 1`), unless a def rebinds it
+        if any(isinstance(n, ast.Global) and name.id in n.names for n in ast.walk(facts.tree)):
+            return False
+    elif name.id in parameter_names(func):
         return False
     seen = seen | {name.id}
     bound = False
-    for node in ast.walk(func):
+    for node in ast.walk(func or facts.tree):
         if isinstance(node, ast.Name) and node.id == name.id and not isinstance(node.ctx, ast.Load):
             binder = facts.parents.get(node)
             if isinstance(binder, ast.Tuple) and isinstance(facts.parents.get(binder), ast.Assign):

@@ -234,11 +234,24 @@ def wrap_in_no_grad(
 
     The first statement becomes the ``with`` (keeping its leading comments and blank lines
     above the ``with``), the others are removed from their place; ``transform`` may rewrite
-    each statement on the way in. Comments between the statements move with them.
+    each statement on the way in. Comments between the statements move with them. A lone
+    ``with`` statement takes ``torch.no_grad()`` as its first item instead (``with
+    torch.no_grad(), gpytorch.settings.fast_pred_var():``, as one writes it by hand): entered
+    first, as the outer block would be, and its body stays where it is.
     """
     from gradfix.fixer import Edit
 
     stmts = [ctx.node_at(span, cst.BaseStatement) for span in spans]
+    block = ctx.parent(stmts[0])
+    outer = ctx.parent(block) if isinstance(block, cst.IndentedBlock) else None
+    if isinstance(outer, cst.With) and list(block.body) == stmts:
+        only = outer  # the whole body of a `with`: that `with` takes the item
+    else:
+        only = stmts[0] if len(stmts) == 1 else None
+    if isinstance(only, cst.With) and only.asynchronous is None:
+        stmt = transform(only) if transform else only
+        api = cst.WithItem(ctx.expr(f"{ctx.grad_api('no_grad')}()"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        return [Edit(only, stmt.with_changes(items=[api, *stmt.items]))]
     wrapper = grad_with(ctx, "no_grad", [transform(s) if transform else s for s in stmts], own_indent(ctx, stmts[0]))
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
 

@@ -96,6 +96,22 @@ def _calls_backward(facts: FileFacts, scope) -> bool:
     return any(isinstance(c.func, ast.Name) and facts.call_qualname(c) == "torch.autograd.backward" for c in facts.calls_in(scope))
 
 
+def backpropagates_a_loss(facts: FileFacts, scope) -> bool:
+    """``scope`` calls a backward that starts from its own loss: ``loss.backward()`` (a
+    ``retain_graph=`` aside), ``torch.autograd.backward(loss)``. One handed the gradient of its
+    outputs (``torch.autograd.backward(outs, grads)``, ``out.backward(grad)``) passes on a
+    gradient computed elsewhere: a chunked vector-Jacobian product inside an autograd object's
+    own backward, which trains nothing by itself."""
+    calls = [m.call for name in ("backward", "manual_backward") for m in facts.method_calls_in(scope, name)]
+    calls += [c for c in facts.calls_in(scope) if isinstance(c.func, ast.Name) and facts.call_qualname(c) == "torch.autograd.backward"]
+    for call in calls:
+        loss_first = isinstance(call.func, ast.Name) or call.func.attr == "manual_backward" or facts.call_qualname(call) == "torch.autograd.backward"
+        given = call.args[1:] if loss_first else call.args
+        if not given and not any(k.arg in ("gradient", "grad_tensors") for k in call.keywords):
+            return True
+    return False
+
+
 def parameter_update_loop(facts: FileFacts, node: ast.AST) -> ast.For | None:
     """The outermost loop of an optimizer's update that holds ``node`` in its function: a
     ``for`` over ``X.param_groups`` or over a group's ``['params']`` (``for group in

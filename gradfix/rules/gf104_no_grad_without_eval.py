@@ -26,6 +26,7 @@ from gradfix.analysis.module_mode import (
     related,
     sampled_in_train_mode_by_convention,
     same_object,
+    switched_back_after,
     switches,
     train_mode_reaches,
 )
@@ -220,7 +221,10 @@ class NoGradWithoutEval(Rule):
     mode: GF105 (train-without-train-mode) reports that once the `.eval()` is in the file.
     Option `style = "restore"` saves `<module>.training` first and restores it with
     `<module>.train(was_training)` in a `finally`, so callers keep their mode. When the module
-    is bound in the function after the place `.eval()` would go, there is no fix.
+    is bound in the function after the place `.eval()` would go, there is no fix; nor when
+    something inside the block puts it back in train mode before the call (an attack helper
+    `perturb(net=model)` that ends in `net.train()`): an `.eval()` before the block would change
+    nothing there.
     """
 
     code = "GF104"
@@ -574,6 +578,11 @@ class NoGradWithoutEval(Rule):
             late = _bound_from(facts, gap.func, gap.modules, target)
             if late is not None:
                 no_fix = f"`{late}` is bound after the place for `.eval()`"
+                yield self.report(facts, gap.call, message, anchors=anchors, no_fix=no_fix)
+                continue
+            back = switched_back_after(facts, gap.func, gap.modules, target, gap.calls)
+            if back is not None:
+                no_fix = f"`{short_code(facts, back, 40)}` (line {back.lineno}) puts it back in train mode inside the block"
                 yield self.report(facts, gap.call, message, anchors=anchors, no_fix=no_fix)
                 continue
             if len(gap.modules) == 1:

@@ -188,7 +188,9 @@ class EvalWithoutNoGrad(Rule):
     outputs (`z = z.round()`) or only log (`print(..)`, a logger call: two loops with a `print`
     between share one `with`); unrelated work between them (saving a checkpoint, loading another
     model) splits the block in two, so it keeps running with grad mode on. The placement is the
-    one GF304 uses (`gradfix/analysis/insertion.py`). Runs that contain
+    one GF304 uses (`gradfix/analysis/insertion.py`). A block that would hold a lone `with`
+    statement, or the whole body of one, becomes that statement's first item instead: `with
+    torch.no_grad(), gpytorch.settings.fast_pred_var():`, as one writes it by hand. Runs that contain
     `yield`/`await` are reported without a fix (the mode would leak while suspended). A file
     with a bare `torch.set_grad_enabled(...)` statement is skipped: the mode at the calls is
     decided at run time (GF201 reports the toggle). Functions under a decorator of the

@@ -325,9 +325,11 @@ class DataMutation(Rule):
     m.out_channels`, logging, a `torch.distributed` collective such as `dist.all_reduce(p.grad)`)
     and nothing they compute is read after the block; writes
     separated only by such statements, by fresh tensors built without `requires_grad=` (`b =
-    torch.zeros(n)`) or by integer offsets (`ptr += w.numel()`) share one block, and those two
-    may be read after it (the same values under `no_grad`, pinned in
-    `tests/facts/test_gf304_facts.py`); writes of one block separated only by the construction
+    torch.zeros(n)`), by integer offsets (`ptr += w.numel()`, a script's `layer_id += 1`) or
+    by values computed only from tensors that need no grad (`mask =
+    m.weight.data.abs().gt(t).float()`, `pruned += torch.sum(mask)`, `mask[keep] = 1`,
+    `cfg.append(int(mask.sum()))`) share one block, and those may be read after it (the same
+    values under `no_grad`, pinned in `tests/facts/test_gf304_facts.py`); writes of one block separated only by the construction
     of `torch.nn` layers (`self.bn1 = nn.BatchNorm1d(h)` between two init writes: the same module
     under `no_grad`, pinned there too) share one block as well; consecutive
     loops like that share one `with`; and a function whose whole body would be wrapped (but a

@@ -126,7 +126,8 @@ def test_a_data_subscript_write_with_an_index_key_is_reported_and_a_string_key_i
     [finding] = check(code, settings=Settings(select=("GF304",)))
     assert (finding.code, finding.span.line, finding.span.col) == ("GF304", 5, 8)
     assert finding.message == "in-place write through `.data` of `self.weight` bypasses autograd's version checks"
-    assert finding.fix_title == "Wrap the writes in `with torch.no_grad():` and drop `.data`"
+    # the constant written into the mapping is the same under `no_grad`: the method is decorated
+    assert finding.fix_title == "Decorate `reset` with `@torch.no_grad()` and drop `.data`"
 
 
 def test_a_name_not_bound_by_the_loop_over_parameters_is_only_reported():
@@ -352,3 +353,26 @@ def test_a_state_dicts_tensors_are_detached_aliases_so_in_place_writes_need_no_n
     assert torch.equal(model.weight.detach(), entry)
     assert model.weight._version == before + 1
     assert model.state_dict(keep_vars=True)["weight"] is model.weight  # keep_vars: the parameter itself
+
+
+def test_values_computed_from_data_are_the_same_under_no_grad_and_carry_no_graph():
+    """A pruning loop's mask, count and list entries built from `.data` (or a fresh tensor's
+    item writes) are the same values, without history, whether the loop runs under `no_grad`
+    or not: they may be read after a block that moved them under it."""
+    w = torch.nn.Parameter(torch.tensor([0.5, -2.0, 3.0]))
+
+    def pruning_step():
+        mask = w.data.abs().clone().gt(1.0).float()
+        keep = torch.zeros(3)
+        keep[[0, 2]] = 1
+        counted = 3 - torch.sum(mask)
+        return mask, keep, counted, int(torch.sum(mask)), mask.sum() / float(w.numel())
+
+    plain = pruning_step()
+    with torch.no_grad():
+        under = pruning_step()
+    for a, b in zip(plain, under):
+        if isinstance(a, torch.Tensor):
+            assert torch.equal(a, b) and not a.requires_grad and a.grad_fn is None
+        else:
+            assert a == b
