@@ -28,7 +28,7 @@ import builtins
 from collections import Counter
 from dataclasses import dataclass
 
-from gradfix.analysis.provenance import UNKNOWN, Definition, reaching_definitions, seen_by_calls
+from gradfix.analysis.provenance import UNKNOWN, Definition, bound_values, reaching_definitions, seen_by_calls
 from gradfix.analysis.statements import own_nodes
 from gradfix.analysis.vocabulary import owner_class
 from gradfix.facts import FileFacts, parameter_names
@@ -166,8 +166,17 @@ def _callees(facts: FileFacts, call: ast.Call) -> Binding:
         return _class_binding(facts, cls, func.attr) if cls is not None else NOTHING
     if isinstance(receiver, ast.Name) and facts.resolve_name(receiver.id, call) is not None:
         return NOTHING  # `utils.f(...)`: a module's function, not this file's
+    if isinstance(receiver, ast.Name) and _imported_instance(facts, receiver):
+        return NOTHING  # `optimizer.step()` of `optimizer = torch.optim.Adam(..)`: not this file's `step`
     defs = [d for c in _classes(facts) for d in _class_binding(facts, c, func.attr).defs]
     return Binding(tuple(sorted(defs, key=_pos)), True)
+
+
+def _imported_instance(facts: FileFacts, name: ast.Name) -> bool:
+    """Every value ``name`` may hold here is built by an imported callable (a class of another
+    package: `torch.optim.Adam(..)`), so its methods are not this file's defs."""
+    values = bound_values(facts, name)
+    return bool(values) and all(isinstance(v, ast.Call) and facts.call_qualname(v) is not None for v in values)
 
 
 def _name_binding(facts: FileFacts, name: ast.Name) -> Binding:

@@ -1800,6 +1800,13 @@ def _after_train_switches(facts: FileFacts, body: list[ast.stmt], target: ast.st
     return body[i]
 
 
+def training_callers(facts: FileFacts, func) -> list[ast.Call]:
+    """The calls of ``func`` elsewhere in the file that may train through it: not one made
+    with grad disabled (`eval_step` under `@torch.no_grad()` calling the shared `step`: no
+    backward can run there)."""
+    return [c for c in outside_callers(facts, func) if facts.grad_mode_at(c) != "disabled"]
+
+
 def entered_in_train_mode(facts: FileFacts, scope, module: str, depth: int = 0) -> bool:
     """Every call of ``scope`` in the file hands in, for its parameter ``module``, a module in
     train mode there on every path (just built, or `.train()`-ed; `fit(Net(), data)` too), and
@@ -1814,7 +1821,7 @@ def entered_in_train_mode(facts: FileFacts, scope, module: str, depth: int = 0) 
     root = module.split(".", 1)[0]
     if free and (root in parameter_names(scope) or root in facts.scope_of_node[scope].locals):
         return False
-    outside = outside_callers(facts, scope)
+    outside = training_callers(facts, scope)
     for call in outside:
         caller = facts.function_of.get(call)
         if free:

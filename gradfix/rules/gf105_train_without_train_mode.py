@@ -32,6 +32,7 @@ from gradfix.analysis.module_mode import (
     related,
     same_object,
     switches_others_only,
+    training_callers,
 )
 from gradfix.analysis.project import FREE
 from gradfix.analysis.vocabulary import calls_backward, caller_owns_mode, is_optimizer_step
@@ -429,17 +430,19 @@ class TrainWithoutTrainMode(Rule):
 
     @staticmethod
     def _caller_sets_mode(facts, scope, module) -> bool:
-        """A call site elsewhere in the file sets train mode right before calling ``scope``."""
+        """Every call site elsewhere in the file sets train mode right before calling ``scope``
+        (one call after a script's `model.eval()` is a step in eval mode, whatever the others do)."""
         if scope is None:
             return False
-        for call in outside_callers(facts, scope):
+        calls = training_callers(facts, scope)
+        for call in calls:
             caller = facts.function_of.get(call)
             passed = {dotted_name(a) for a in [*call.args, *(k.value for k in call.keywords)]} - {None}
             names = {module} | {p for p in passed if p}
             items = mode_items(facts, caller, names)
-            if any(i.kind == "train" for i in items) and all_train_at(facts, caller, [call], items, caller is None):
-                return True
-        return False
+            if not (any(i.kind == "train" for i in items) and all_train_at(facts, caller, [call], items, caller is None)):
+                return False
+        return bool(calls)
 
     def fix(self, finding, ctx):
         modules, span = finding.data

@@ -185,6 +185,11 @@ def test_a_call_timed_by_a_line_magic_is_a_call():
     # the next cell); masked as an opaque line, `train` looked uncalled and GF105 fired
     result = check_notebook(_notebook(*GP_NOTEBOOK), "gp.ipynb", GF105)
     assert [f.finding for f in result.findings] == []
+    # timed again after the evaluation: a training step in eval mode (every call must find the
+    # module in train mode, not one of them)
+    again = GP_NOTEBOOK[:2] + (GP_NOTEBOOK[2] + "%timeit -n 1 train()\n",)
+    result = check_notebook(_notebook(*again), "gp.ipynb", GF105)
+    assert [(f.finding.code, f.finding.cell) for f in result.findings] == [("GF105", 2)]
 
 
 def test_a_finding_in_a_timed_statement_has_the_column_of_the_cell_and_keeps_the_line():
@@ -267,3 +272,47 @@ def test_a_pruning_loop_goes_under_one_no_grad_whole():
     fixed = fix(PRUNING_SCRIPT, settings=Settings(select=("GF304",), unsafe_fixes=True))
     assert "cfg, cfg_mask = [], []\nwith torch.no_grad():\n    for k, m in enumerate(model.modules()):\n" in fixed
     assert fixed.count("no_grad") == 1 and ".data.mul_" not in fixed
+
+
+# -- a call made with grad disabled trains nothing; an imported object's method is not the file's --
+STEP_RUNNER = """\
+import torch
+import torch.nn as nn
+
+net = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+optimizer = torch.optim.Adam(net.parameters())
+
+
+class StepRunner:
+    def __init__(self, net, stage, optimizer=None):
+        self.net, self.stage, self.optimizer = net, stage, optimizer
+
+    def step(self, x):
+        loss = self.net(x).sum()
+        if self.optimizer is not None and self.stage == "train":
+            loss.backward()
+            self.optimizer.step()
+        return loss.item()
+
+    def train_step(self, x):
+        self.net.train()
+        return self.step(x)
+
+    @torch.no_grad()
+    def eval_step(self, x):
+        self.net.eval()
+        return self.step(x)
+
+
+for x in []:
+    optimizer.zero_grad()
+    net(x).sum().backward()
+    optimizer.step()
+"""
+
+
+def test_a_shared_step_called_by_a_no_grad_eval_step_is_entered_in_train_mode():
+    # eat_pytorch_in_20_days: `step` trains only through `train_step` (after `.train()`);
+    # `eval_step` runs it under `@torch.no_grad()`, where no backward can run, and the
+    # script's `optimizer.step()` is torch's, not StepRunner.step
+    assert _codes(STEP_RUNNER, GF105) == []
