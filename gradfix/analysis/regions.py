@@ -535,28 +535,35 @@ def _integer_name(facts, name: ast.Name, seen: frozenset) -> bool:
     func = facts.function_of.get(name)
     if name.id in seen or isinstance(func, ast.Lambda):
         return name.id in seen
-    if func is None:  # a script's counter (`layer_id = 0` ... `layer_id += 1`), unless a def rebinds it
-        if any(isinstance(n, ast.Global) and name.id in n.names for n in ast.walk(facts.tree)):
-            return False
-    elif name.id in parameter_names(func):
+    if func is None and name.id in facts.declared_global:
+        return False  # a script's counter (`layer_id = 0` ... `layer_id += 1`), unless a def rebinds it
+    if func is not None and name.id in parameter_names(func):
         return False
     seen = seen | {name.id}
     bound = False
-    for node in ast.walk(func or facts.tree):
-        if isinstance(node, ast.Name) and node.id == name.id and not isinstance(node.ctx, ast.Load):
-            binder = facts.parents.get(node)
-            if isinstance(binder, ast.Tuple) and isinstance(facts.parents.get(binder), ast.Assign):
-                ok = _sizes(facts.parents[binder].value)  # `N, T = x.size()`
-            elif isinstance(binder, ast.Assign) and node in binder.targets:
-                ok = integer_valued(facts, binder.value, seen)
-            elif isinstance(binder, ast.AugAssign):
-                ok = integer_valued(facts, binder.value, seen)
-            else:
-                ok = False  # a loop target, an unpacking, `with .. as`, a nested function's local
-            if not ok or facts.function_of.get(node) is not func:
-                return False
-            bound = True
+    stores = facts.memo(("regions.stores", id(func)), lambda: _stores_by_name(func or facts.tree))
+    for node in stores.get(name.id, ()):
+        binder = facts.parents.get(node)
+        if isinstance(binder, ast.Tuple) and isinstance(facts.parents.get(binder), ast.Assign):
+            ok = _sizes(facts.parents[binder].value)  # `N, T = x.size()`
+        elif isinstance(binder, ast.Assign) and node in binder.targets:
+            ok = integer_valued(facts, binder.value, seen)
+        elif isinstance(binder, ast.AugAssign):
+            ok = integer_valued(facts, binder.value, seen)
+        else:
+            ok = False  # a loop target, an unpacking, `with .. as`, a nested function's local
+        if not ok or facts.function_of.get(node) is not func:
+            return False
+        bound = True
     return bound
+
+
+def _stores_by_name(root: ast.AST) -> dict[str, list[ast.Name]]:
+    found: dict[str, list[ast.Name]] = {}
+    for node in ast.walk(root):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            found.setdefault(node.id, []).append(node)
+    return found
 
 
 def _sizes(value: ast.AST) -> bool:

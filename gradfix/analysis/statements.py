@@ -235,9 +235,10 @@ def wrap_in_no_grad(
     The first statement becomes the ``with`` (keeping its leading comments and blank lines
     above the ``with``), the others are removed from their place; ``transform`` may rewrite
     each statement on the way in. Comments between the statements move with them. A lone
-    ``with`` statement takes ``torch.no_grad()`` as its first item instead (``with
-    torch.no_grad(), gpytorch.settings.fast_pred_var():``, as one writes it by hand): entered
-    first, as the outer block would be, and its body stays where it is.
+    ``with`` statement, or the ``with`` whose whole body the statements are, takes
+    ``torch.no_grad()`` as its first item instead (``with torch.no_grad(),
+    gpytorch.settings.fast_pred_var():``, as one writes it by hand): entered first, as the outer
+    block would be, and its body stays where it is.
     """
     from gradfix.fixer import Edit
 
