@@ -1231,11 +1231,21 @@ class DataMutation(Rule):
                     yield self._drop_grad_data(facts, stmt, attr)
                     continue
                 fixable = kind == "param" and disabled and not factory
+                if factory:
+                    why = "a factory's `out=` on the tensor itself would clear its `requires_grad`"
+                elif kind != "param":
+                    why = f"`{receiver}` is not known to be a parameter, buffer or gradient: the rewrite depends on what it is"
+                elif _unit(facts, stmt) is None:
+                    why = "the write shares its line with other statements: no block can take it alone"
+                elif not wrappable:
+                    why = "`torch` is not bound where the write runs: no `torch.no_grad()` to write"
+                else:
+                    why = None
                 yield self.report(
                     facts,
                     stmt,
                     self._message(receiver),
-                    no_fix="a factory's `out=` on the tensor itself would clear its `requires_grad`" if factory else None,
+                    no_fix=None if fixable else why,
                     fix=fixable,
                     fix_title="Drop `.data` (already in a grad-disabled region)",
                     data=("drop", facts.span(attr), _in_place_method(facts, stmt, attr)) if fixable else None,
