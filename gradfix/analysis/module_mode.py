@@ -1803,8 +1803,82 @@ def _after_train_switches(facts: FileFacts, body: list[ast.stmt], target: ast.st
 def training_callers(facts: FileFacts, func) -> list[ast.Call]:
     """The calls of ``func`` elsewhere in the file that may train through it: not one made
     with grad disabled (`eval_step` under `@torch.no_grad()` calling the shared `step`: no
-    backward can run there)."""
-    return [c for c in outside_callers(facts, func) if facts.grad_mode_at(c) != "disabled"]
+    backward can run there), nor one whose literal arguments skip every backward and optimizer
+    step of ``func`` (`run_epoch(.., mode="eval")` where they sit under `if mode == "train":`)."""
+    return [
+        c for c in outside_callers(facts, func)
+        if facts.grad_mode_at(c) != "disabled" and not _steps_skipped(facts, func, c)
+    ]
+
+
+def _steps_skipped(facts: FileFacts, func, call: ast.Call) -> bool:
+    if not isinstance(func, FUNCTIONS):
+        return False
+    steps = [m.call for m in facts.method_calls_in(func, "backward")]
+    steps += [c for c in own_calls(facts, func) if is_optimizer_step(c)]
+    if not steps:
+        return False
+    bound = {}
+    defaults = dict(zip([a.arg for a in func.args.args][::-1], func.args.defaults[::-1]))
+    for param in parameter_names(func, star=False):
+        value = argument_for(func, call, param)
+        if value is None and not any(isinstance(a, ast.Starred) for a in call.args) and not any(k.arg is None for k in call.keywords):
+            value = defaults.get(param)
+        if isinstance(value, ast.Constant):
+            bound[param] = value.value
+    return bool(bound) and all(_skipped_branch(facts, step, func, bound) for step in steps)
+
+
+def _skipped_branch(facts: FileFacts, node: ast.AST, func, bound: dict) -> bool:
+    """``node`` sits in the branch of an `if` of ``func`` that ``bound`` (parameters bound to
+    literals) decides is not taken."""
+    child, parent = node, facts.parents.get(node)
+    while parent is not None and parent is not func:
+        if isinstance(parent, ast.If) and child is not parent.test:
+            taken = _literal_truth(parent.test, bound)
+            if taken is not None and (child in parent.body) != taken:
+                return True
+        child, parent = parent, facts.parents.get(parent)
+    return False
+
+
+def _literal_truth(test: ast.AST, bound: dict):
+    """The value of ``test`` with ``bound``'s names as literals: True, False, or None (unknown)."""
+    def value(node):
+        if isinstance(node, ast.Constant):
+            return True, node.value
+        if isinstance(node, ast.Name) and node.id in bound:
+            return True, bound[node.id]
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            parts = [value(e) for e in node.elts]
+            return (True, [v for _, v in parts]) if all(k for k, _ in parts) else (False, None)
+        return False, None
+
+    if isinstance(test, ast.BoolOp):
+        parts = [_literal_truth(v, bound) for v in test.values]
+        if isinstance(test.op, ast.And):
+            return False if False in parts else (True if all(p is True for p in parts) else None)
+        return True if True in parts else (False if all(p is False for p in parts) else None)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _literal_truth(test.operand, bound)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        (known_l, left), (known_r, right) = value(test.left), value(test.comparators[0])
+        if not (known_l and known_r):
+            return None
+        op = test.ops[0]
+        try:
+            if isinstance(op, (ast.Eq, ast.NotEq)):
+                return (left == right) == isinstance(op, ast.Eq)
+            if isinstance(op, (ast.In, ast.NotIn)):
+                return (left in right) == isinstance(op, ast.In)
+            if isinstance(op, (ast.Is, ast.IsNot)):
+                return (left is right) == isinstance(op, ast.Is)
+        except TypeError:
+            return None
+        return None
+    known, result = value(test)
+    return bool(result) if known and not isinstance(test, (ast.Tuple, ast.List, ast.Set)) else None
 
 
 def entered_in_train_mode(facts: FileFacts, scope, module: str, depth: int = 0) -> bool:

@@ -316,3 +316,34 @@ def test_a_shared_step_called_by_a_no_grad_eval_step_is_entered_in_train_mode():
     # `eval_step` runs it under `@torch.no_grad()`, where no backward can run, and the
     # script's `optimizer.step()` is torch's, not StepRunner.step
     assert _codes(STEP_RUNNER, GF105) == []
+
+
+SHARED_EPOCH = """\
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(2, 2), nn.Dropout())
+opt = torch.optim.Adam(model.parameters())
+
+
+def run_epoch(batches, model, opt, mode="train"):
+    for x in batches:
+        loss = model(x).sum()
+        if mode == "train" or mode == "train+log":
+            loss.backward()
+            opt.step()
+
+
+for epoch in range(3):
+    model.train()
+    run_epoch([], model, opt, mode="train")
+    model.eval()
+    run_epoch([], model, opt, mode="{second}")
+"""
+
+
+def test_a_call_whose_literal_argument_skips_every_step_trains_nothing():
+    # the annotated transformer's run_epoch(.., mode="eval") after model.eval(): its backward and
+    # step sit under `if mode == "train" or ...`, so that call is an evaluation, not a step
+    assert _codes(SHARED_EPOCH.replace("{second}", "eval"), GF105) == []
+    assert _codes(SHARED_EPOCH.replace("{second}", "train+log"), GF105) == [("GF105", 10)]
