@@ -17,7 +17,7 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Thirteen samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
+Fourteen samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
 corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
 REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
 ``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
@@ -34,8 +34,10 @@ a seventh: under ``# Round 9``, ``verdicts9.tsv``, ``/work/corpus12``, ``/work/p
 ``/work/precision-out-r12``), ``--sample 11`` (round 13, an eleventh: under ``# Round 13``,
 ``verdicts13.tsv``, ``/work/corpus16``, ``/work/precision-out-r13``), ``--sample 12`` (round
 14, a twelfth: under ``# Round 14``, ``verdicts14.tsv``, ``/work/corpus18``,
-``/work/precision-out-r14``) and ``--sample 13`` (round 15, a thirteenth: under ``# Round 15``,
-``verdicts15.tsv``, ``/work/corpus20``, ``/work/precision-out-r15``).
+``/work/precision-out-r14``), ``--sample 13`` (round 15, a thirteenth: under ``# Round 15``,
+``verdicts15.tsv``, ``/work/corpus20``, ``/work/precision-out-r15``) and ``--sample 14`` (round
+16, a fourteenth: under ``# Round 16``, ``verdicts16.tsv``, ``/work/corpus21``,
+``/work/precision-out-r16``).
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -71,9 +73,10 @@ SAMPLES = {
     11: (HERE / "verdicts13.tsv", Path("/work/corpus16"), Path("/work/precision-out-r13")),
     12: (HERE / "verdicts14.tsv", Path("/work/corpus18"), Path("/work/precision-out-r14")),
     13: (HERE / "verdicts15.tsv", Path("/work/corpus20"), Path("/work/precision-out-r15")),
+    14: (HERE / "verdicts16.tsv", Path("/work/corpus21"), Path("/work/precision-out-r16")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
-SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6, "# Round 9": 7, "# Round 10": 8, "# Round 11": 9, "# Round 12": 10, "# Round 13": 11, "# Round 14": 12, "# Round 15": 13}
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6, "# Round 9": 7, "# Round 10": 8, "# Round 11": 9, "# Round 12": 10, "# Round 13": 11, "# Round 14": 12, "# Round 15": 13, "# Round 16": 14}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
