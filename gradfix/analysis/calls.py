@@ -166,9 +166,9 @@ def _callees(facts: FileFacts, call: ast.Call) -> Binding:
         return _class_binding(facts, cls, func.attr) if cls is not None else NOTHING
     if isinstance(receiver, ast.Name) and facts.resolve_name(receiver.id, call) is not None:
         return NOTHING  # `utils.f(...)`: a module's function, not this file's
-    if isinstance(receiver, ast.Name) and _imported_instance(facts, receiver):
-        return NOTHING  # `optimizer.step()` of `optimizer = torch.optim.Adam(..)`: not this file's `step`
     defs = [d for c in _classes(facts) for d in _class_binding(facts, c, func.attr).defs]
+    if defs and isinstance(receiver, ast.Name) and _imported_instance(facts, receiver):
+        return NOTHING  # `optimizer.step()` of `optimizer = torch.optim.Adam(..)`: not this file's `step`
     return Binding(tuple(sorted(defs, key=_pos)), True)
 
 
