@@ -1819,7 +1819,9 @@ def _steps_skipped(facts: FileFacts, func, call: ast.Call) -> bool:
     if not steps:
         return False
     bound = {}
-    defaults = dict(zip([a.arg for a in func.args.args][::-1], func.args.defaults[::-1]))
+    positional = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]
+    defaults = dict(zip(positional[::-1], func.args.defaults[::-1]))
+    defaults.update((a.arg, d) for a, d in zip(func.args.kwonlyargs, func.args.kw_defaults) if d is not None)
     for param in parameter_names(func, star=False):
         value = argument_for(func, call, param)
         if value is None and not any(isinstance(a, ast.Starred) for a in call.args) and not any(k.arg is None for k in call.keywords):
