@@ -969,10 +969,8 @@ def _number(facts: FileFacts, node: ast.AST, depth: int = 0) -> bool:
 
 
 def _plain_number(facts: FileFacts, node: ast.AST) -> bool:
-    """A number literal, a size read off a tensor (``t.shape[0]``, ``t.size(1)``), ``int(..)``,
-    ``float(..)`` or ``t.item()``: a Python number, never a tensor."""
-    from gradfix.analysis.regions import integer_valued  # regions builds on this module
-
+    """A number literal, ``int(..)``, ``float(..)``, ``t.item()``, or what :func:`_number`
+    proves a Python int (``t.shape[0]``, ``t.size(1)``): never a tensor."""
     if isinstance(node, ast.Constant):
         return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
     if isinstance(node, ast.Call) and not node.keywords:
@@ -981,7 +979,7 @@ def _plain_number(facts: FileFacts, node: ast.AST) -> bool:
             return True  # a Python number whatever it converts (`float(t)` of a tensor too)
         if isinstance(func, ast.Attribute) and func.attr == "item" and not node.args:
             return True
-    return isinstance(node, (ast.Subscript, ast.Call)) and integer_valued(facts, node)
+    return isinstance(node, (ast.Subscript, ast.Call)) and _number(facts, node)
 
 
 def _constant(node: ast.AST) -> bool:

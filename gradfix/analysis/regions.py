@@ -75,25 +75,29 @@ def is_inert(facts, expr: ast.AST | None) -> bool:
         stringy = [e for e in (expr.left, expr.right) if _is_string_literal(e)]
         return bool(stringy) and is_inert(facts, expr.left) and is_inert(facts, expr.right)
     if isinstance(expr, ast.Call):
-        func = expr.func
-        if isinstance(func, ast.Name) and func.id in _INERT_BUILTINS and is_builtin(facts, func.id, func):
-            pass
-        elif facts.qualname(func) in _INERT_QUALNAMES:
-            pass
-        elif isinstance(func, ast.Attribute) and func.attr in _INERT_METHODS:
-            if func.attr == "format" and not _is_string_literal(func.value):
-                return False
-            if func.attr == "item" and (expr.args or expr.keywords):
-                return False
-            if func.attr != "format" and not is_inert(facts, func.value):
-                return False
-        else:
+        if not _inert_callee(facts, expr):
             return False
         # an argument that needs no grad by proof (`int(torch.sum(mask))` of a mask built from
-        # `.data`) is the same value under any grad mode
+        # `.data`) is the same value under any grad mode (asked last: provenance is dearer)
         args = [*expr.args, *(k.value for k in expr.keywords)]
         return all(is_inert(facts, a) or same_under_no_grad(facts, a) for a in args)
     return False
+
+
+def _inert_callee(facts, call: ast.Call) -> bool:
+    """What ``call`` calls does no grad-mode dependent work given inert arguments."""
+    func = call.func
+    if isinstance(func, ast.Name) and func.id in _INERT_BUILTINS and is_builtin(facts, func.id, func):
+        return True
+    if facts.qualname(func) in _INERT_QUALNAMES:
+        return True
+    if not (isinstance(func, ast.Attribute) and func.attr in _INERT_METHODS):
+        return False
+    if func.attr == "format":
+        return _is_string_literal(func.value)
+    if func.attr == "item" and (call.args or call.keywords):
+        return False
+    return is_inert(facts, func.value)
 
 
 def _is_string_literal(expr: ast.AST) -> bool:

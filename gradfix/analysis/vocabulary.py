@@ -89,11 +89,14 @@ def calls_backward(facts: FileFacts, scope) -> bool:
 
 
 def _calls_backward(facts: FileFacts, scope) -> bool:
-    if facts.method_calls_in(scope, "backward") or facts.method_calls_in(scope, "manual_backward"):
-        return True
+    return bool(_backward_calls(facts, scope))
+
+
+def _backward_calls(facts: FileFacts, scope) -> list[ast.Call]:
+    calls = [m.call for name in ("backward", "manual_backward") for m in facts.method_calls_in(scope, name)]
     # `torch.autograd.backward(t)` is a method call of that name: only a bare name can be
     # another spelling of it (`from torch.autograd import backward as bw`)
-    return any(isinstance(c.func, ast.Name) and facts.call_qualname(c) == "torch.autograd.backward" for c in facts.calls_in(scope))
+    return calls + [c for c in facts.calls_in(scope) if isinstance(c.func, ast.Name) and facts.call_qualname(c) == "torch.autograd.backward"]
 
 
 def backpropagates_a_loss(facts: FileFacts, scope) -> bool:
@@ -102,9 +105,7 @@ def backpropagates_a_loss(facts: FileFacts, scope) -> bool:
     outputs (``torch.autograd.backward(outs, grads)``, ``out.backward(grad)``) passes on a
     gradient computed elsewhere: a chunked vector-Jacobian product inside an autograd object's
     own backward, which trains nothing by itself."""
-    calls = [m.call for name in ("backward", "manual_backward") for m in facts.method_calls_in(scope, name)]
-    calls += [c for c in facts.calls_in(scope) if isinstance(c.func, ast.Name) and facts.call_qualname(c) == "torch.autograd.backward"]
-    for call in calls:
+    for call in _backward_calls(facts, scope):
         loss_first = isinstance(call.func, ast.Name) or call.func.attr == "manual_backward" or facts.call_qualname(call) == "torch.autograd.backward"
         given = call.args[1:] if loss_first else call.args
         if not given and not any(k.arg in ("gradient", "grad_tensors") for k in call.keywords):

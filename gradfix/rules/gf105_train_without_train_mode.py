@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 
-from gradfix.analysis.calls import outside_callers
 from gradfix.analysis.insertion import insert_before, statement_at
 from gradfix.analysis.module_mode import (
     Plan,
