@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import weakref
 
-from gradfix.analysis.statements import is_within
+from gradfix.analysis.statements import is_within, own_nodes
 from gradfix.facts import FileFacts, descendants
 
 # Methods whose results autograd may need, or whose grad mode the caller/framework owns.
@@ -29,6 +29,27 @@ _REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def is_hook_like(name: str) -> bool:
     """``forward``, hooks and framework step methods: the caller owns their grad mode."""
     return name in _HOOK_NAMES or name.startswith(_HOOK_PREFIXES) or name.endswith(_HOOK_SUFFIXES)
+
+
+def runs_own_forward(func) -> bool:
+    """A method that runs its own object's forward (``self(X)``, ``self.forward(X)``) and
+    returns something: one more forward of the module (a GP model's ``posterior``, whose
+    output acquisition functions differentiate), so its caller owns the grad mode as it owns
+    ``forward``'s."""
+    args = func.args.posonlyargs + func.args.args
+    if not args or args[0].arg != "self":
+        return False
+    own = own_nodes(func)
+    if not any(isinstance(n, ast.Return) and n.value is not None for n in own):
+        return False
+    for node in own:
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "self" or (
+                isinstance(f, ast.Attribute) and f.attr == "forward" and isinstance(f.value, ast.Name) and f.value.id == "self"
+            ):
+                return True
+    return False
 
 
 def uses_grads(facts: FileFacts, root: ast.AST) -> bool:

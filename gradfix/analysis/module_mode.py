@@ -138,6 +138,10 @@ def switch_of(call: ast.Call) -> Switch | None:
     if func.attr == "eval":
         return Switch(call, receiver, "eval") if not call.args and not call.keywords else None
     args = list(call.args) + [k.value for k in call.keywords if k.arg == "mode"]
+    if not args and call.keywords and all(k.arg is not None and isinstance(k.value, ast.Constant) for k in call.keywords):
+        # `model.train(reset=False)`: an override with options of its own (gpytorch's fully
+        # Bayesian models); which mode it leaves is its own affair
+        return Switch(call, receiver, "unknown")
     if len(call.args) + len(call.keywords) != len(args) or len(args) > 1:
         return None  # `trainer.train(dataset, epochs=3)`: not nn.Module.train
     if not args:

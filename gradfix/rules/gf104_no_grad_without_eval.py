@@ -290,6 +290,13 @@ class NoGradWithoutEval(Rule):
         # conditional region, a local named torch
         Valid("import torch, contextlib\n" + _TRAIN + "\ndef ev(model, x, frozen):\n    with torch.no_grad() if frozen else contextlib.nullcontext():\n        return model(x)\n"),
         Valid(_TRAIN + "\ndef ev(model, x, torch):\n    with torch.no_grad():\n        return model(x)\n"),
+        # `model.train(reset=False)` is an override with options of its own (gpytorch's fully
+        # Bayesian models): the author picks the mode for the in-sample fit on purpose
+        Valid(
+            "import torch\n" + _TRAIN + "\ndef fit_metric(model):\n    if bayesian(model):\n        model.train(reset=False)\n"
+            "    else:\n        model.train()\n    with torch.no_grad():\n        out = model(*model.train_inputs)\n"
+            "    model.eval()\n    return out\n"
+        ),
         # batch-norm recalibration runs train mode under no_grad on purpose
         Valid("import torch\n" + _TRAIN + "\n@torch.no_grad()\ndef update_bn(loader, model):\n    for x in loader:\n        model(x)\n"),
         # suppressed on the with line

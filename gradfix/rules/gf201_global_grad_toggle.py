@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from gradfix.lazy import cst
 
 from gradfix.analysis.insertion import body_start
+from gradfix.analysis.module_mode import switch_of
 from gradfix.analysis.regions import records_no_graph
 from gradfix.analysis.scripts import entry_point, generator_functions, standalone_script, under_main_guard
-from gradfix.analysis.statements import handler_of, statement_block, torch_at_definition
+from gradfix.analysis.statements import handler_of, own_nodes, statement_block, torch_at_definition
 from gradfix.analysis.toggles import Toggle, bare_toggle, hack_statements, own_toggles, saved_mode_names
 from gradfix.facts import FileFacts, dotted_name
 from gradfix.model import FixSafety, Span
@@ -120,8 +121,10 @@ class GlobalGradToggle(Rule):
     `if __name__ == "__main__":` guard that would make it importable) are silent. Reported without a fix: other module-level toggles; toggles under `if`/`except`/`case`
     (conditional pairs); toggles in generators and `async def` (a `with` or decorator there
     scopes the mode differently across `yield`/`await`); functions that toggle in a
-    `finally`/`except` (hand-made restore); a toggle that nothing follows in its block (its
-    purpose is to set the mode for the caller); a lone toggle in a setup-like function
+    `finally`/`except` (hand-made restore); a toggle that nothing follows in its block, or
+    after which the function only switches module modes, prints or returns (`def eval(self):
+    torch.set_grad_enabled(False); self.model.eval()`): its purpose is to set the mode for
+    the caller; a lone toggle in a setup-like function
     (`__init__`, `reset`, `setup`, `configure_*`, `on_*` hooks, `*_start`), which sets the
     mode for the code that runs after it; and toggles in a nested block (a loop body,
     a `try`) whose last toggle is not a closing `set_grad_enabled(True)`, since code after
@@ -532,6 +535,19 @@ class GlobalGradToggle(Rule):
             """,
             None,
         ),
+        # A method whose job is to set the caller's modes: after the toggle it only switches
+        # the module, so a `with` would scope the toggle to nothing: reported, not fixed.
+        Invalid(
+            """
+            import torch
+            class Predictor:
+                def eval(self):
+                    \"\"\"Eval mode, no gradients.\"\"\"
+                    torch.set_grad_enabled(False)
+                    self.model.eval()
+            """,
+            None,
+        ),
         # ... but a scoped pair in one is still fixed.
         Invalid(
             """
@@ -659,12 +675,9 @@ class GlobalGradToggle(Rule):
                 reason = "internal: unpaired closer"
                 break
             end = positions[i + 1] if i + 1 < len(toggles) else len(block)
-            if end == positions[i] + 1:
-                reason = (
-                    "it ends its block, so it looks meant for the caller"
-                    if i + 1 == len(toggles)
-                    else "another toggle follows it directly"
-                )
+            last = i + 1 == len(toggles)
+            if end == positions[i] + 1 or (last and _nothing_runs_after(facts, func, toggles[i])):
+                reason = "nothing after it runs under it, so it looks meant for the caller" if last else "another toggle follows it directly"
                 break
             closer = None
             if i + 1 < len(toggles):
@@ -870,6 +883,23 @@ def _hand_made_message(facts: FileFacts, func, t: Toggle) -> str | None:
     if handler_of(facts, func, h.stmt) == "finally":
         return f"bare `{text}` … `finally` (line {h.stmt.lineno}): the caller always gets {mode}, whatever it had"
     return f"bare `{text}` leaks to the caller; on an error `except` (line {h.stmt.lineno}) sets {mode}"
+
+
+def _nothing_runs_after(facts: FileFacts, func, toggle: Toggle) -> bool:
+    """Nothing ``func`` does after ``toggle`` computes: it only switches modes (`self.model.eval()`,
+    more toggles), prints or returns a name or constant. Such a function (`def eval(self):
+    torch.set_grad_enabled(False); self.model.eval()`) sets the mode for its caller; a `with`
+    or decorator would scope it to nothing."""
+    end = (toggle.stmt.end_lineno, toggle.stmt.end_col_offset)
+    for node in own_nodes(func):
+        if not isinstance(node, (ast.stmt, ast.expr)) or (node.lineno, node.col_offset) < end:
+            continue
+        if isinstance(node, ast.Call):
+            if not (switch_of(node) or bare_toggle(facts, node) or (isinstance(node.func, ast.Name) and node.func.id == "print")):
+                return False
+        elif isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Compare, ast.BoolOp, ast.comprehension, ast.Lambda, ast.IfExp)):
+            return False
+    return True
 
 
 def _mode_phrase(facts: FileFacts, t: Toggle) -> str:

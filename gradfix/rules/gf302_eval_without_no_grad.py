@@ -7,7 +7,7 @@ from typing import Sequence
 
 from gradfix.lazy import cst
 
-from gradfix.analysis.grad_use import feeds_training, is_hook_like, uses_grads
+from gradfix.analysis.grad_use import feeds_training, is_hook_like, runs_own_forward, uses_grads
 from gradfix.analysis.insertion import plan_no_grad
 from gradfix.analysis.module_mode import evaluated_at, switches as mode_switches
 from gradfix.analysis.regions import records_no_graph, tensor_function
@@ -174,7 +174,9 @@ class EvalWithoutNoGrad(Rule):
     backpropagates through what the function returns (an adversarial attack, a perceptual
     loss, a distillation step in another file) would get `element 0 of tensors does not
     require grad`. To keep that risk small the rule skips `forward`, `__call__`, hooks,
-    `*_step` methods, a function its enclosing function returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
+    `*_step` methods, a method that runs its own module's forward and returns something
+    (`def posterior(self, X): self.eval(); return Posterior(self(X))`, one more forward whose
+    caller differentiates it), a function its enclosing function returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
     caller may differentiate it), functions with `loss` in their name, functions whose results the same
     file feeds into training, functions already called under a grad-mode region, and
     functions that turn on gradient checkpointing (a test of that path needs grads). The fix
@@ -207,6 +209,18 @@ class EvalWithoutNoGrad(Rule):
     requires = ((EVAL_CALL,),)
 
     VALID = [
+        # a GP model's `posterior` runs its own forward in eval mode and hands back what
+        # acquisition functions differentiate: one more forward, its caller's grad mode
+        Valid(
+            """
+            import torch
+            class GP(ExactGP):
+                def posterior(self, X):
+                    self.eval()
+                    mvn = self(X)
+                    return Posterior(self.likelihood(mvn, X))
+            """
+        ),
         # `torch` comes from a star import, so the `with` is not resolved: it may already be
         # `torch.no_grad()`, and wrapping would add a second `import torch`
         Valid(
@@ -838,8 +852,8 @@ class EvalWithoutNoGrad(Rule):
             if func is None or isinstance(func, ast.Lambda) or not any(s[1] == "eval" for s in switches):
                 continue
             name = func.name
-            if is_hook_like(name) or "loss" in name.lower() or returned_closure(facts, func):
-                continue  # a forward, a hook, a returned model function: its caller's grad mode
+            if is_hook_like(name) or "loss" in name.lower() or returned_closure(facts, func) or runs_own_forward(func):
+                continue  # a forward (or another of the module's), a hook, a returned model function: its caller's grad mode
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue
             if _grad_off_decorator(func) or _unresolved_grad_context(facts, func):
