@@ -325,7 +325,15 @@ class FileFacts:
                 return scope.imports[name]
             if name in scope.locals:
                 return None
-        return self._star_imported(name) if self._star_imports else None
+        if not self._star_imports:
+            return None
+        found = self._star_imported(name)
+        if found is None and name == "torch" and any(t.startswith("torch.") for t in self.scope_of_node[self.tree].imports.values()):
+            # `import torch.nn as nn` and `from utils import *`, `torch.from_numpy(..)` below:
+            # no line of this torch file binds `torch`, so the star import does, as the torch
+            # package (the fixer's added `import torch` takes it as that too)
+            return "torch"
+        return found
 
     @cached_property
     def _star_imports(self) -> list[ast.ImportFrom]:

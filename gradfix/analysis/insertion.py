@@ -65,6 +65,7 @@ def unused_name(facts: FileFacts, func, base: str) -> str:
 # -- where a ``no_grad`` goes ---------------------------------------------------------------------
 _COMPOUND = (ast.If, ast.For, ast.While)
 _LOOPS = (ast.For, ast.While)
+_TRIES = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
 @dataclass(frozen=True)
@@ -119,14 +120,32 @@ def plan_no_grad(
         # `if` goes in only on the way to such a loop or to join blocks (`if c: for p: ..` in a
         # training loop keeps the `with` inside the `if`).
         innermost = _widen(facts, func, groups, may_join, header_ok, through_loops=False)
-        runs = [
-            part
-            for run in widest
-            for part in ([run] if any(isinstance(s, _LOOPS) for s in run) else [i for i in innermost if _inside(facts, i, run)])
-        ]
+        runs = []
+        for run in widest:
+            if any(isinstance(s, _LOOPS) for s in run):
+                runs.append(run)
+                continue
+            # an `if` around the loops: each loop it holds goes in whole (`if self.true_wd:
+            # for group in ..: for p in ..:` gets one `with` around the `for group`, not one
+            # per inner loop), the widening having gone through them already
+            for part in (i for i in innermost if _inside(facts, i, run)):
+                part = _outermost_loop(facts, part, run)
+                if not any(part[0] is r[0] for r in runs):
+                    runs.append(part)
         if not private or not any(_leaks(facts, func, run, original) for run in runs):
             return NoGradPlan(False, tuple(tuple(r) for r in runs))
     return NoGradPlan(False, tuple(tuple(g) for g in groups))
+
+
+def _outermost_loop(facts, part: list[ast.stmt], run: Sequence[ast.stmt]) -> list[ast.stmt]:
+    """The outermost loop around ``part`` that still lies inside ``run``, as a run of its own;
+    ``part`` itself when there is none."""
+    found, node = None, facts.parents.get(part[0])
+    while node is not None and any(is_within(facts, node, s) for s in run):
+        if isinstance(node, _LOOPS):
+            found = node
+        node = facts.parents.get(node)
+    return [found] if found is not None else part
 
 
 def _inside(facts, run: Sequence[ast.stmt], outer: Sequence[ast.stmt]) -> bool:
@@ -134,8 +153,9 @@ def _inside(facts, run: Sequence[ast.stmt], outer: Sequence[ast.stmt]) -> bool:
 
 
 def joinable_statement(stmt: ast.stmt, joins, header_ok) -> bool:
-    """``stmt`` may join a ``no_grad`` block: a simple statement ``joins`` accepts, or an
-    ``if``/``for``/``while`` whose header ``header_ok`` accepts and whose statements all may."""
+    """``stmt`` may join a ``no_grad`` block: a simple statement ``joins`` accepts, an
+    ``if``/``for``/``while`` whose header ``header_ok`` accepts and whose statements all may,
+    or a ``try`` whose statements (handlers included) all may."""
     # Module level, not a closure calling itself: that closure would be a reference cycle
     # holding the rule's callbacks, and through them the file's facts and whole tree, until
     # the cyclic collector came by.
@@ -143,6 +163,9 @@ def joinable_statement(stmt: ast.stmt, joins, header_ok) -> bool:
         if isinstance(stmt, _LOOPS) and stmt.orelse:
             return False
         return header_ok(stmt) and all(joinable_statement(c, joins, header_ok) for c in _children(stmt))
+    if isinstance(stmt, _TRIES):  # `try: bn = int(block["batch_normalize"]) except: bn = 0`
+        blocks = [stmt.body, *(h.body for h in stmt.handlers), stmt.orelse, stmt.finalbody]
+        return all(joinable_statement(c, joins, header_ok) for b in blocks for c in b)
     return joins(stmt)
 
 

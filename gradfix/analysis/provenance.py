@@ -62,10 +62,10 @@ NEW_METHODS = {**dict.fromkeys("new_zeros new_ones new_full new_empty new_tensor
 KEEPING_METHODS = frozenset(
     "cuda cpu to float double half long int short byte char bool type contiguous view reshape transpose "
     "permute t squeeze unsqueeze squeeze_ unsqueeze_ expand repeat flatten clone detach zero_ normal_ "
-    "uniform_ fill_ pin_memory "
+    "uniform_ fill_ pin_memory resize_ "
     "random_ exponential_ geometric_ cauchy_ log_normal_ bernoulli_ "  # in-place sampling (numbers only)
     # the other tensor lends only its shape or type
-    "expand_as view_as reshape_as type_as".split()
+    "expand_as view_as reshape_as type_as resize_as_".split()
 )
 # Names a ``for`` loop takes batches from (``train_loader``, torchtext's ``train_iter``, a
 # split's data, dataset or batch generator handed in as a parameter: ``train_data``,
@@ -946,8 +946,9 @@ def _computed(facts, node: ast.AST, seen, depth, conv=None) -> Origin | None:
             return None
     else:
         return None
-    parts = [None if _constant(o) else _origin(facts, o, seen, depth + 1, conv) for o in operands]
-    tensors = [p for o, p in zip(operands, parts) if not _constant(o)]
+    # constants and numbers (`1 - dropout` with `dropout=0.5` a setting) are no tensors
+    plain = [_constant(o) or (isinstance(o, (ast.Name, ast.BinOp, ast.UnaryOp)) and _number(facts, o)) for o in operands]
+    tensors = [_origin(facts, o, seen, depth + 1, conv) for o, number in zip(operands, plain) if not number]
     if not tensors:
         return Origin(ASSUMED) if conv is not None else None  # `2 * 3`: no tensor at all
     weakest = _combine(tensors)
@@ -964,8 +965,32 @@ def _number(facts: FileFacts, node: ast.AST, depth: int = 0) -> bool:
 
     if isinstance(node, ast.Constant) or integer_valued(facts, node):
         return True
+    if isinstance(node, ast.UnaryOp) and depth < 3:
+        return _number(facts, node.operand, depth + 1)
+    if isinstance(node, ast.BinOp) and depth < 3:
+        return _number(facts, node.left, depth + 1) and _number(facts, node.right, depth + 1)
+    if isinstance(node, ast.Name):
+        return _numeric_default(facts, node)
     returned = _returned_values(facts, node) if isinstance(node, ast.Call) and depth < 3 else None
     return bool(returned) and all(_number(facts, v, depth + 1) for v in returned)
+
+
+def _numeric_default(facts: FileFacts, read: ast.Name) -> bool:
+    """``read`` is a parameter of its function whose default is a number literal
+    (``def forward(self, x, dropout=0.5)``) and that the function never rebinds: a setting,
+    by the same convention as optimizer code's hyperparameters (see :func:`grad_free_operand`)."""
+    func = facts.function_of.get(read)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return False
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults), *zip(args.kwonlyargs, args.kw_defaults)]
+    default = next((d for a, d in pairs if a.arg == read.id), None)
+    if isinstance(default, ast.UnaryOp) and isinstance(default.op, ast.USub):
+        default = default.operand
+    if not (isinstance(default, ast.Constant) and isinstance(default.value, (int, float)) and not isinstance(default.value, bool)):
+        return False
+    return not any(isinstance(n, ast.Name) and n.id == read.id and not isinstance(n.ctx, ast.Load) for n in ast.walk(func))
 
 
 def _plain_number(facts: FileFacts, node: ast.AST) -> bool:

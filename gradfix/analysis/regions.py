@@ -24,6 +24,7 @@ _INERT_QUALNAMES = frozenset(
         "os.fspath",
         "pathlib.Path",
         "torch.device",
+        "torch.Size",
         "torch.cuda.is_available",
         "torch.cuda.device_count",
         "torch.cuda.memory_allocated",
@@ -122,7 +123,8 @@ def _is_logging_call(facts, call: ast.Call) -> bool:
 
 
 def is_neutral_statement(facts, stmt: ast.stmt) -> bool:
-    """``del``, ``pass``, ``gc.collect()``, ``torch.cuda.empty_cache()``, print/logging of inert values."""
+    """``del``, ``pass``, ``gc.collect()``, ``torch.cuda.empty_cache()``, print/logging or a
+    unittest ``self.assert*`` check of inert values."""
     if isinstance(stmt, (ast.Pass, ast.Delete)):
         return True
     if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)):
@@ -136,6 +138,9 @@ def is_neutral_statement(facts, stmt: ast.stmt) -> bool:
         return True
     if isinstance(call.func, ast.Name) and call.func.id == "print" and is_builtin(facts, "print", call.func):
         return True
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" and func.attr.startswith("assert"):
+        return True  # a unittest check (`self.assertEqual(out.shape, (2, 1))`) reads values as a print does
     return _is_logging_call(facts, call)
 
 
@@ -251,11 +256,16 @@ def computes_no_graph(facts, expr: ast.AST | None) -> bool:
     return False
 
 
+# Batch-norm buffers: tensors no module ever makes require grad.
+_BUFFERS = frozenset({"running_mean", "running_var", "num_batches_tracked"})
+
+
 def records_no_graph(facts, stmt: ast.stmt) -> bool:
     """A simple statement that may run under ``no_grad`` with the same effect: ``pass``,
     ``continue``, ``break``, logging (:func:`is_neutral_statement`), a container append of
     names or attributes (``convs.append(m.weight.data)``), a ``torch.nn.init``
-    call (they run under ``no_grad`` themselves), an ``assert``, ``p.requires_grad = False``,
+    call (they run under ``no_grad`` themselves), an in-place write of values that compute no
+    graph into a batch-norm buffer (``bn.running_mean.copy_(saved)``), an ``assert``, ``p.requires_grad = False``,
     ``w.data = <torch functions and tensor moves>`` (the values come without their history;
     ``p.grad = p.grad.float()`` too where no ``.grad`` can require grad),
     ``raise`` of a builtin exception, ``ptr += n`` on integers, or an
@@ -274,6 +284,9 @@ def records_no_graph(facts, stmt: ast.stmt) -> bool:
         if qual.startswith("torch.distributed.") and qual.rpartition(".")[2] in _COLLECTIVES:
             return True
         inert_args = all(computes_no_graph(facts, a) for a in call.args) and all(computes_no_graph(facts, k.value) for k in call.keywords)
+        func = call.func
+        if inert_args and isinstance(func, ast.Attribute) and func.attr.endswith("_") and isinstance(func.value, ast.Attribute) and func.value.attr in _BUFFERS:
+            return True  # `bn.running_mean.copy_(saved)`: a buffer never requires grad
         return inert_args and qual.startswith("torch.nn.init.")
     if isinstance(stmt, ast.Assert):
         return computes_no_graph(facts, stmt.test) and computes_no_graph(facts, stmt.msg)

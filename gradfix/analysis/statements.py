@@ -253,8 +253,53 @@ def wrap_in_no_grad(
         stmt = transform(only) if transform else only
         api = cst.WithItem(ctx.expr(f"{ctx.grad_api('no_grad')}()"), comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         return [Edit(only, stmt.with_changes(items=[api, *stmt.items]))]
-    wrapper = grad_with(ctx, "no_grad", [transform(s) if transform else s for s in stmts], own_indent(ctx, stmts[0]))
+    moved = [transform(s) if transform else s for s in stmts]
+    joined = _join_neighbour_block(ctx, block, stmts, moved)
+    if joined is not None:
+        return joined
+    wrapper = grad_with(ctx, "no_grad", moved, own_indent(ctx, stmts[0]))
     return [Edit(stmts[0], wrapper)] + [Edit(s, cst.RemoveFromParent()) for s in stmts[1:]]
+
+
+def _join_neighbour_block(ctx, block, stmts: list, moved: list) -> list | None:
+    """Edits that move the statements into a ``with torch.no_grad():`` right before or after
+    them (nothing between), as one writes it by hand instead of a second block beside the
+    first; None when no such neighbour. The statements' comments move in with them; the blank
+    lines above the first one stay above the block."""
+    from gradfix.fixer import Edit
+
+    if not isinstance(block, cst.IndentedBlock):
+        return None
+    body = list(block.body)
+    first, last = body.index(stmts[0]), body.index(stmts[-1])
+    wanted = f"{ctx.grad_api('no_grad')}()"
+
+    def no_grad_block(stmt) -> bool:
+        return (
+            isinstance(stmt, cst.With) and stmt.asynchronous is None and len(stmt.items) == 1
+            and stmt.items[0].asname is None and isinstance(stmt.body, cst.IndentedBlock)
+            and ctx.code(stmt.items[0].item) == wanted
+        )
+
+    indent = own_indent(ctx, stmts[0])
+    removed = [Edit(s, cst.RemoveFromParent()) for s in stmts]
+    after = body[last + 1] if last + 1 < len(body) else None
+    if no_grad_block(after):
+        inner = [indented_deeper(s, after.body.indent or indent or ctx.module.default_indent) for s in moved]
+        lead = list(inner[0].leading_lines)
+        blank = 0
+        while blank < len(lead) and lead[blank].comment is None:
+            blank += 1
+        inner[0] = inner[0].with_changes(leading_lines=lead[blank:])
+        old = list(after.body.body)  # what stood above the block now stands above its old first line
+        old[0] = old[0].with_changes(leading_lines=[*after.leading_lines, *old[0].leading_lines])
+        joined = after.with_changes(leading_lines=stmts[0].leading_lines[:blank], body=after.body.with_changes(body=[*inner, *old]))
+        return removed + [Edit(after, joined)]
+    before = body[first - 1] if first > 0 else None
+    if no_grad_block(before):
+        inner = [indented_deeper(s, before.body.indent or indent or ctx.module.default_indent) for s in moved]
+        return removed + [Edit(before, before.with_changes(body=before.body.with_changes(body=[*before.body.body, *inner])))]
+    return None
 
 
 def grad_with(ctx, api: str, stmts: list[cst.BaseStatement], indent: str | None = None) -> cst.With:

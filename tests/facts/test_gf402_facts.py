@@ -209,12 +209,15 @@ def test_keeping_methods_on_a_fresh_tensor_need_no_grad():
         base.reshape(3, 2), base.clone(), base.detach(), base.zero_(), base.fill_(2.0), base.normal_(0, 1),
         base.uniform_(), base.type(torch.float64), base.permute(1, 0), base.expand(2, 2, 3), base.flatten(),
         base.random_(), base.exponential_(), base.geometric_(0.5), base.cauchy_(), base.log_normal_(),
-        base.bernoulli_(0.3),
+        base.bernoulli_(0.3), torch.zeros(1).resize_(2, 3), base.new().resize_as_(base).bernoulli_(1 - 0.1),
     ):
         assert t.requires_grad is False and t.grad_fn is None
     # ...but a probability tensor that requires grad makes `bernoulli_`'s result require grad
     # (so only a literal probability keeps it grad-free, as for `fill_`)
     assert torch.zeros(3).bernoulli_(torch.full((3,), 0.5, requires_grad=True)).requires_grad
+    # (a number probability, `1 - dropout` with a float `dropout`, keeps it grad-free; a
+    # parameter with a number default is taken as one)
+    assert torch.zeros(3).bernoulli_(1 - torch.tensor(0.5, requires_grad=True)).requires_grad
 
 
 def test_values_computed_from_grad_free_tensors_need_no_grad_in_any_grad_mode():

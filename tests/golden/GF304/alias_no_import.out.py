@@ -7,5 +7,4 @@ def reset_parameters(self):
     with T.no_grad():
         for weight in self.parameters():
             weight.uniform_(-stdv, stdv)
-    with T.no_grad():
         self.bias.zero_()  # already grad-disabled: only `.data` goes
