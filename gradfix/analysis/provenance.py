@@ -767,6 +767,12 @@ def _origin(facts: FileFacts, expr: ast.AST, seen: frozenset, depth: int, conv: 
         return _self_attribute_origin(facts, node, seen, depth)
     if isinstance(node, ast.Subscript) and _state_dict_call(node.value):
         return Origin(DETACHED)  # `model.state_dict()[name]`: a detached alias of the tensor
+    if (
+        isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
+        and isinstance(node.slice, ast.Constant) and type(node.slice.value) is int
+        and (returned := _returned_origin(facts, node.value, seen, depth, node.slice.value)) is not None
+    ):
+        return returned  # `img, orig, dim = prep_image(frame)`: that element of what the def returns
     if isinstance(node, (ast.Subscript, ast.Attribute)):
         inner = _origin(facts, node.value, seen, depth + 1, conv)
         if inner is None:
@@ -818,11 +824,16 @@ def _built_by(facts: FileFacts, expr: ast.AST, package: str, methods: frozenset 
 _IMAGE_METHODS = frozenset("convert resize crop rotate transpose copy".split())  # PIL.Image methods giving an image
 
 
-def _returned_origin(facts: FileFacts, call: ast.Call, seen, depth) -> Origin | None:
-    """What a def of the file that ``call`` runs returns, when every ``return`` gives a value of
-    known origin that nothing else holds afterwards (a new object, or a local of the def that
-    no other reference keeps: :func:`sole_holder`); None otherwise."""
+def _returned_origin(facts: FileFacts, call: ast.Call, seen, depth, index: int | None = None) -> Origin | None:
+    """What a def of the file that ``call`` runs returns (with ``index``, element ``index`` of
+    the tuple every ``return`` gives: ``img, orig, dim = prep_image(frame)``), when every
+    ``return`` gives a value of known origin that nothing else holds afterwards (a new object,
+    or a local of the def that no other reference keeps: :func:`sole_holder`); None otherwise."""
     returned = _returned_values(facts, call)
+    if returned and index is not None:
+        if not all(isinstance(v, ast.Tuple) and index < len(v.elts) and not any(isinstance(e, ast.Starred) for e in v.elts) for v in returned):
+            return None
+        returned = [v.elts[index] for v in returned]
     if not returned or any(v in seen for v in returned):
         return None  # (a def returning its own call's value: not followed round again)
     parts = []
@@ -1459,10 +1470,15 @@ def _quiet_consumer(facts: FileFacts, read: ast.expr) -> bool:
 
 
 def _own_local(facts: FileFacts, node: ast.Name) -> bool:
-    """``node`` reads a parameter of the def it is in (``def f(x): ..`` reading its own ``x``):
-    another variable than an outer ``x``."""
+    """``node`` reads a parameter or a local of the def it is in (``def f(x): ..`` reading its
+    own ``x``, ``def load(): img = cv2.imread(..)``): another variable than an outer ``x``."""
     func = facts.function_of.get(node)
-    return isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and node.id in parameter_names(func)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return False
+    if node.id in parameter_names(func):
+        return True
+    scope = facts.scope_of_node.get(func)
+    return scope is not None and node.id in scope.locals and node.id not in scope.globals
 
 
 def _shared_sole_holder(facts: FileFacts, read: ast.expr) -> bool:

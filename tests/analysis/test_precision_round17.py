@@ -217,3 +217,40 @@ class TestMLP(unittest.TestCase):
 def test_assertions_between_forwards_share_one_block():
     fixed = _fixed(QUANTIZED_TEST, GF302)
     assert fixed.count("with torch.no_grad():") == 1
+
+
+# -- an element of the tuple a def returns; a def's own local is not the script's global ------
+WEBCAM_DEMO = """\
+import cv2
+import torch
+from torch.autograd import Variable
+
+
+def get_test_input(input_dim):
+    img = cv2.imread("imgs/messi.jpg")
+    return torch.from_numpy(cv2.resize(img, (input_dim, input_dim))).float()
+
+
+def prep_image(img, inp_dim):
+    orig_im = img
+    dim = orig_im.shape[1], orig_im.shape[0]
+    img_ = torch.from_numpy(cv2.resize(orig_im, (inp_dim, inp_dim)).copy()).float().div(255.0)
+    return img_, orig_im, dim
+
+
+cap = cv2.VideoCapture(0)
+while cap.isOpened():
+    ret, frame = cap.read()
+    img, orig_im, dim = prep_image(frame, 416)
+    img = img.cuda()
+    output = model(Variable(img), True)
+"""
+
+
+def test_a_fresh_element_of_a_returned_tuple_drops_its_wrapper():
+    # AlphaPose's cam_demo: `img` is the fresh first element of what `prep_image` returns, and
+    # `get_test_input`'s own `img` is another variable than the script's
+    assert "    output = model(img, True)\n" in _fixed(WEBCAM_DEMO, GF402)
+    # the second element is the caller's frame itself: not fresh, so the alias stays
+    aliased = WEBCAM_DEMO.replace("model(Variable(img), True)", "model(Variable(orig_im), True)")
+    assert "model(orig_im.detach(), True)" in _fixed(aliased, GF402)
