@@ -12,7 +12,7 @@ import ast
 import weakref
 
 from gradfix.analysis.statements import is_within, own_nodes
-from gradfix.facts import FileFacts, descendants
+from gradfix.facts import FileFacts, bound_names, descendants
 
 # Methods whose results autograd may need, or whose grad mode the caller/framework owns.
 _HOOK_NAMES = {"forward", "__call__", "backward"}
@@ -33,22 +33,54 @@ def is_hook_like(name: str) -> bool:
 
 def runs_own_forward(func) -> bool:
     """A method that runs its own object's forward (``self(X)``, ``self.forward(X)``) and
-    returns something: one more forward of the module (a GP model's ``posterior``, whose
-    output acquisition functions differentiate), so its caller owns the grad mode as it owns
-    ``forward``'s."""
+    returns what it computes, graph and all: one more forward of the module (a GP model's
+    ``posterior``, whose output acquisition functions differentiate), so its caller owns the
+    grad mode as it owns ``forward``'s. Not one whose result leaves only through ``.data``,
+    ``.item()``, ``.detach()`` or NumPy (``return self(x).data``: a prediction)."""
     args = func.args.posonlyargs + func.args.args
     if not args or args[0].arg != "self":
         return False
     own = own_nodes(func)
-    if not any(isinstance(n, ast.Return) and n.value is not None for n in own):
+    if not any(_own_forward(n) for n in own):
         return False
-    for node in own:
-        if isinstance(node, ast.Call):
-            f = node.func
-            if isinstance(f, ast.Name) and f.id == "self" or (
-                isinstance(f, ast.Attribute) and f.attr == "forward" and isinstance(f.value, ast.Name) and f.value.id == "self"
-            ):
-                return True
+    carrying: set[str] = set()
+    changed = True
+    while changed:  # names bound to what carries the forward's graph, to a fixed point
+        changed = False
+        for node in own:
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and node.value is not None and _carries(node.value, carrying):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for name in (n for t in targets for n in bound_names(t)):
+                    if name not in carrying:
+                        carrying.add(name)
+                        changed = True
+    return any(isinstance(n, ast.Return) and n.value is not None and _carries(n.value, carrying) for n in own)
+
+
+_GRAPH_CUTS = frozenset("data detach item tolist numpy argmax argmin".split())
+
+
+def _own_forward(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id == "self") or (
+        isinstance(f, ast.Attribute) and f.attr == "forward" and isinstance(f.value, ast.Name) and f.value.id == "self"
+    )
+
+
+def _carries(expr: ast.AST, carrying: set[str]) -> bool:
+    """``expr`` holds the forward's output (or a name bound to it) other than through a cut."""
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Attribute) and node.attr in _GRAPH_CUTS:
+            continue  # `out.data`, `out.detach()`, `out.argmax(1)`: no graph beyond
+        if _own_forward(node) or (isinstance(node, ast.Name) and node.id in carrying):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(node))
     return False
 
 

@@ -174,9 +174,10 @@ class EvalWithoutNoGrad(Rule):
     backpropagates through what the function returns (an adversarial attack, a perceptual
     loss, a distillation step in another file) would get `element 0 of tensors does not
     require grad`. To keep that risk small the rule skips `forward`, `__call__`, hooks,
-    `*_step` methods, a method that runs its own module's forward and returns something
-    (`def posterior(self, X): self.eval(); return Posterior(self(X))`, one more forward whose
-    caller differentiates it), a function its enclosing function returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
+    `*_step` methods, a method that runs its own module's forward and returns its output with
+    the graph (`def posterior(self, X): self.eval(); return Posterior(self(X))`, one more
+    forward whose caller differentiates it; not `return self(x).data`), a function its
+    enclosing function returns (`get_model_fn(model)` hands back `model_fn`, a stand-in for the forward whose
     caller may differentiate it), functions with `loss` in their name, functions whose results the same
     file feeds into training, functions already called under a grad-mode region, and
     functions that turn on gradient checkpointing (a test of that path needs grads). The fix

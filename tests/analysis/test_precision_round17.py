@@ -254,3 +254,14 @@ def test_a_fresh_element_of_a_returned_tuple_drops_its_wrapper():
     # the second element is the caller's frame itself: not fresh, so the alias stays
     aliased = WEBCAM_DEMO.replace("model(Variable(img), True)", "model(Variable(orig_im), True)")
     assert "model(orig_im.detach(), True)" in _fixed(aliased, GF402)
+
+
+def test_a_prediction_method_that_cuts_the_graph_is_still_reported():
+    # HBTGen's `predict`: `self(X_batch).data` leaves the method without its graph, so the
+    # forward's graph is recorded for nothing; a method that stores its output on `self`
+    # hands nothing back through `self` either
+    predict = (
+        "import torch\n\nclass Net(nn.Module):\n    def predict(self, X):\n        self.eval()\n"
+        "        out = self(X).data\n        self.last = out\n        return out.argmax(1)\n"
+    )
+    assert _codes(predict, GF302) == [("GF302", 5)]
