@@ -682,8 +682,9 @@ class GlobalGradToggle(Rule):
             closer = None
             if i + 1 < len(toggles):
                 nxt = toggles[i + 1]
-                # a last toggle that ends the block closes the opener, whatever mode it sets
-                if nxt.restore or (i + 2 == len(toggles) and len(block) == positions[i + 1] + 1):
+                # a last toggle that ends the block (or after which nothing runs under it)
+                # closes the opener, whatever mode it sets
+                if nxt.restore or (i + 2 == len(toggles) and (len(block) == positions[i + 1] + 1 or _nothing_runs_after(facts, func, nxt))):
                     closer = i + 1
             units.append((i, closer))
             i = closer + 1 if closer is not None else i + 1

@@ -265,3 +265,18 @@ def test_a_prediction_method_that_cuts_the_graph_is_still_reported():
         "        out = self(X).data\n        self.last = out\n        return out.argmax(1)\n"
     )
     assert _codes(predict, GF302) == [("GF302", 5)]
+
+
+def test_a_closer_followed_only_by_a_mode_switch_closes_its_opener():
+    # uvadlc's energy-model callback: `set_grad_enabled(True)` .. sampling ..
+    # `set_grad_enabled(False)`, then only `pl_module.train()` and the return: one pair, one
+    # `with torch.enable_grad():` (the setter fact above must not make it report-only)
+    callback = (
+        "import torch\n\nclass GenerateCallback:\n    def generate_imgs(self, pl_module, start):\n"
+        "        pl_module.eval()\n        torch.set_grad_enabled(True)  # sampling needs gradients\n"
+        "        imgs = sample(pl_module.cnn, start)\n        torch.set_grad_enabled(False)\n"
+        "        pl_module.train()\n        return imgs\n"
+    )
+    fixed = fix(callback, settings=GF201)
+    assert "        with torch.enable_grad():  # sampling needs gradients\n            imgs = sample(pl_module.cnn, start)\n        pl_module.train()\n" in fixed
+    assert "set_grad_enabled" not in fixed
