@@ -31,12 +31,14 @@ def is_hook_like(name: str) -> bool:
     return name in _HOOK_NAMES or name.startswith(_HOOK_PREFIXES) or name.endswith(_HOOK_SUFFIXES)
 
 
-def runs_own_forward(func) -> bool:
+def runs_own_forward(facts: FileFacts, func) -> bool:
     """A method that runs its own object's forward (``self(X)``, ``self.forward(X)``) and
     returns what it computes, graph and all: one more forward of the module (a GP model's
     ``posterior``, whose output acquisition functions differentiate), so its caller owns the
     grad mode as it owns ``forward``'s. Not one whose result leaves only through ``.data``,
-    ``.item()``, ``.detach()`` or NumPy (``return self(x).data``: a prediction)."""
+    ``.item()``, ``.detach()`` or NumPy (``return self(x).data``: a prediction), nor one
+    whose every call in the file takes only such a cut of it (``prediction =
+    self.predict(x)`` read only by ``torch.argmax(prediction, 1)``)."""
     args = func.args.posonlyargs + func.args.args
     if not args or args[0].arg != "self":
         return False
@@ -54,7 +56,27 @@ def runs_own_forward(func) -> bool:
                     if name not in carrying:
                         carrying.add(name)
                         changed = True
-    return any(isinstance(n, ast.Return) and n.value is not None and _carries(n.value, carrying) for n in own)
+    if not any(isinstance(n, ast.Return) and n.value is not None and _carries(n.value, carrying) for n in own):
+        return False
+    callers = [c for c in facts.calls if isinstance(c.func, ast.Attribute) and c.func.attr == func.name]
+    return not callers or not all(_cut_at_once(facts, c) for c in callers)
+
+
+def _cut_at_once(facts: FileFacts, value: ast.AST) -> bool:
+    """What ``value`` evaluates to is used only through a cut of its graph: ``.argmax(1)``,
+    ``.item()``, ``torch.argmax(v, 1)``, or bound to a name of its function that every other
+    read uses so."""
+    parent = facts.parents.get(value)
+    if isinstance(parent, ast.Attribute) and parent.value is value:
+        return parent.attr in _GRAPH_CUTS
+    if isinstance(parent, ast.Call) and value in parent.args:
+        return (facts.call_qualname(parent) or "").rpartition(".")[2] in _GRAPH_CUTS
+    if isinstance(parent, ast.Assign) and parent.value is value and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name, scope = parent.targets[0].id, facts.function_of.get(parent)
+        reads = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                 and facts.function_of.get(n) is scope]
+        return bool(reads) and all(_cut_at_once(facts, n) for n in reads)
+    return False
 
 
 _GRAPH_CUTS = frozenset("data detach item tolist numpy argmax argmin".split())

@@ -853,7 +853,7 @@ class EvalWithoutNoGrad(Rule):
             if func is None or isinstance(func, ast.Lambda) or not any(s[1] == "eval" for s in switches):
                 continue
             name = func.name
-            if is_hook_like(name) or "loss" in name.lower() or returned_closure(facts, func) or runs_own_forward(func):
+            if is_hook_like(name) or "loss" in name.lower() or returned_closure(facts, func) or runs_own_forward(facts, func):
                 continue  # a forward (or another of the module's), a hook, a returned model function: its caller's grad mode
             if any(r.owner is func for r in facts.regions) or uses_grads(facts, func):
                 continue

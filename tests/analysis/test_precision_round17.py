@@ -280,3 +280,17 @@ def test_a_closer_followed_only_by_a_mode_switch_closes_its_opener():
     fixed = fix(callback, settings=GF201)
     assert "        with torch.enable_grad():  # sampling needs gradients\n            imgs = sample(pl_module.cnn, start)\n        pl_module.train()\n" in fixed
     assert "set_grad_enabled" not in fixed
+
+
+def test_a_prediction_method_whose_callers_take_only_the_argmax_is_still_reported():
+    # deeplearningzerotoall's CNN class: `predict` returns `self.forward(x)` with its graph,
+    # but the file's only call takes `torch.argmax(prediction, 1)` of it
+    cnn = (
+        "import torch\n\nclass CNN(nn.Module):\n    def predict(self, x):\n        self.eval()\n"
+        "        return self.forward(x)\n\n    def get_accuracy(self, x, y):\n        prediction = self.predict(x)\n"
+        "        correct = torch.argmax(prediction, 1) == y\n        return correct.float().mean().item()\n"
+    )
+    assert _codes(cnn, GF302) == [("GF302", 5)]
+    # one call that keeps the graph (a loss on the prediction) makes it one more forward
+    kept = cnn.replace("        correct = torch.argmax(prediction, 1) == y\n", "        loss = crit(prediction, y)\n        correct = torch.argmax(prediction, 1) == y\n")
+    assert _codes(kept, GF302) == []
