@@ -62,7 +62,7 @@ def runs_own_forward(facts: FileFacts, func) -> bool:
     return not callers or not all(_cut_at_once(facts, c) for c in callers)
 
 
-def _cut_at_once(facts: FileFacts, value: ast.AST) -> bool:
+def _cut_at_once(facts: FileFacts, value: ast.AST, seen: frozenset = frozenset()) -> bool:
     """What ``value`` evaluates to is used only through a cut of its graph: ``.argmax(1)``,
     ``.item()``, ``torch.argmax(v, 1)``, or bound to a name of its function that every other
     read uses so."""
@@ -73,9 +73,11 @@ def _cut_at_once(facts: FileFacts, value: ast.AST) -> bool:
         return (facts.call_qualname(parent) or "").rpartition(".")[2] in _GRAPH_CUTS
     if isinstance(parent, ast.Assign) and parent.value is value and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
         name, scope = parent.targets[0].id, facts.function_of.get(parent)
+        if name in seen:
+            return False  # `x = x`: not followed round again
         reads = [n for n in ast.walk(scope or facts.tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                  and facts.function_of.get(n) is scope]
-        return bool(reads) and all(_cut_at_once(facts, n) for n in reads)
+        return bool(reads) and all(_cut_at_once(facts, n, seen | {name}) for n in reads)
     return False
 
 
