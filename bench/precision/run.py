@@ -17,27 +17,10 @@ now is listed as "rewrite changed", so that a changed fix is re-judged, not only
 
     python bench/precision/run.py --no-run --stamp      # after judging: record the digests
 
-Fourteen samples: ``--sample 1`` (rounds 1-3: the table at the top of REPOS.md, ``verdicts.tsv``,
-corpus ``/work/corpus``), ``--sample 2`` (round 4, a second unseen sample: the table under
-REPOS.md's ``# Round 4`` heading, ``verdicts4.tsv``, corpus ``/work/corpus2``, output
-``/work/precision-out-r4``) and ``--sample 3`` (round 5, a third: under ``# Round 5``,
-``verdicts5.tsv``, ``/work/corpus3``, ``/work/precision-out-r5``), ``--sample 4`` (round 6, a
-fourth: under ``# Round 6``, ``verdicts6.tsv``, ``/work/corpus4``, ``/work/precision-out-r6``),
-``--sample 5`` (round 7, a fifth: under ``# Round 7``, ``verdicts7.tsv``, ``/work/corpus5``,
-``/work/precision-out-r7``) and ``--sample 6`` (round 8, a sixth: under ``# Round 8``,
-``verdicts8.tsv``, ``/work/corpus6``, ``/work/precision-out-r8``), ``--sample 7`` (round 9,
-a seventh: under ``# Round 9``, ``verdicts9.tsv``, ``/work/corpus12``, ``/work/precision-out-r9``)
-``--sample 8`` (round 10, an eighth: under ``# Round 10``, ``verdicts10.tsv``,
-``/work/corpus13``, ``/work/precision-out-r10``), ``--sample 9`` (round 11, a ninth: under
-``# Round 11``, ``verdicts11.tsv``, ``/work/corpus14``, ``/work/precision-out-r11``),
-``--sample 10`` (round 12, a tenth: under ``# Round 12``, ``verdicts12.tsv``, ``/work/corpus15``,
-``/work/precision-out-r12``), ``--sample 11`` (round 13, an eleventh: under ``# Round 13``,
-``verdicts13.tsv``, ``/work/corpus16``, ``/work/precision-out-r13``), ``--sample 12`` (round
-14, a twelfth: under ``# Round 14``, ``verdicts14.tsv``, ``/work/corpus18``,
-``/work/precision-out-r14``), ``--sample 13`` (round 15, a thirteenth: under ``# Round 15``,
-``verdicts15.tsv``, ``/work/corpus20``, ``/work/precision-out-r15``) and ``--sample 14`` (round
-16, a fourteenth: under ``# Round 16``, ``verdicts16.tsv``, ``/work/corpus21``,
-``/work/precision-out-r16``).
+Samples: ``--sample 1`` holds rounds 1-3 (the table at the top of REPOS.md, ``verdicts.tsv``,
+corpus ``/work/corpus``); ``--sample N`` for N = 2..15 holds round N + 2, one more sample the
+project never tuned on (the table under REPOS.md's ``# Round N+2`` heading, ``verdictsN+2.tsv``);
+``SAMPLES`` below names each one's corpus and output folder.
 
 Exit status: 0, or 1 when some finding is not judged, some verdict is stale or some judged
 rewrite changed.
@@ -74,9 +57,10 @@ SAMPLES = {
     12: (HERE / "verdicts14.tsv", Path("/work/corpus18"), Path("/work/precision-out-r14")),
     13: (HERE / "verdicts15.tsv", Path("/work/corpus20"), Path("/work/precision-out-r15")),
     14: (HERE / "verdicts16.tsv", Path("/work/corpus21"), Path("/work/precision-out-r16")),
+    15: (HERE / "verdicts17.tsv", Path("/work/corpus22"), Path("/work/precision-out-r17")),
 }
 # the REPOS.md heading below which a sample's rows start (sample 1's start at the top)
-SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6, "# Round 9": 7, "# Round 10": 8, "# Round 11": 9, "# Round 12": 10, "# Round 13": 11, "# Round 14": 12, "# Round 15": 13, "# Round 16": 14}
+SAMPLE_HEADINGS = {"# Round 4": 2, "# Round 5": 3, "# Round 6": 4, "# Round 7": 5, "# Round 8": 6, "# Round 9": 7, "# Round 10": 8, "# Round 11": 9, "# Round 12": 10, "# Round 13": 11, "# Round 14": 12, "# Round 15": 13, "# Round 16": 14, "# Round 17": 15}
 FIELDS = ("repo", "path", "line", "col", "code", "verdict", "fix", "rewrite", "note")
 FIX_VERDICTS = ("fix-correct", "fix-awkward", "fix-wrong")
 # a REPOS.md table row: | owner/name | commit | ...
@@ -343,7 +327,7 @@ def compare(findings: list[dict[str, str]], verdicts: list[dict[str, str]], mark
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--sample", type=int, choices=sorted(SAMPLES), default=1,
-                    help="1: rounds 1-3 (verdicts.tsv); N = 2..6: round N + 2 (verdictsN+2.tsv)")
+                    help="1: rounds 1-3 (verdicts.tsv); N = 2..15: round N + 2 (verdictsN+2.tsv)")
     ap.add_argument("--corpus", type=Path, default=None,
                     help="folder holding one checkout per repository, named owner+name "
                          "(default: $CORPUS, else the sample's corpus)")
