@@ -898,7 +898,7 @@ def _nothing_runs_after(facts: FileFacts, func, toggle: Toggle) -> bool:
         if isinstance(node, ast.Call):
             if not (switch_of(node) or bare_toggle(facts, node) or (isinstance(node.func, ast.Name) and node.func.id == "print")):
                 return False
-        elif isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Compare, ast.BoolOp, ast.comprehension, ast.Lambda, ast.IfExp)):
+        elif isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Subscript, ast.Compare, ast.BoolOp, ast.Lambda, ast.IfExp)):
             return False
     return True
 
