@@ -12,6 +12,7 @@ import ast
 import weakref
 
 from gradfix.analysis.statements import is_within, own_nodes
+from gradfix.analysis.vocabulary import DETACHING_METHODS, forward_callee
 from gradfix.facts import FileFacts, bound_names, descendants
 
 # Methods whose results autograd may need, or whose grad mode the caller/framework owns.
@@ -81,16 +82,12 @@ def _cut_at_once(facts: FileFacts, value: ast.AST, seen: frozenset = frozenset()
     return False
 
 
-_GRAPH_CUTS = frozenset("data detach item tolist numpy argmax argmin".split())
+# `.data` and the methods whose result never carries history end the forward's graph
+_GRAPH_CUTS = DETACHING_METHODS | {"data"}
 
 
 def _own_forward(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    f = node.func
-    return (isinstance(f, ast.Name) and f.id == "self") or (
-        isinstance(f, ast.Attribute) and f.attr == "forward" and isinstance(f.value, ast.Name) and f.value.id == "self"
-    )
+    return isinstance(node, ast.Call) and forward_callee(node) == "self"
 
 
 def _carries(expr: ast.AST, carrying: set[str]) -> bool:

@@ -1001,7 +1001,10 @@ def _numeric_default(facts: FileFacts, read: ast.Name) -> bool:
         default = default.operand
     if not (isinstance(default, ast.Constant) and isinstance(default.value, (int, float)) and not isinstance(default.value, bool)):
         return False
-    return not any(isinstance(n, ast.Name) and n.id == read.id and not isinstance(n.ctx, ast.Load) for n in ast.walk(func))
+    rebound = facts.memo(("provenance.rebound", id(func)), lambda: frozenset(
+        n.id for n in ast.walk(func) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    ))
+    return read.id not in rebound
 
 
 def _plain_number(facts: FileFacts, node: ast.AST) -> bool:
